@@ -1,0 +1,256 @@
+"""The scheduling pipeline: filter, weigh, select; `select_destinations` and commit.
+
+`select_destinations` reads the table and returns a `Decision` without changing the table: each
+instance of a multi-instance request is claimed tentatively so the next one sees it, and every
+tentative claim is undone exactly before returning (or raising). `commit` then applies a
+decision only if every host it touches is still at the generation the decision read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from berth.core import numa
+from berth.core.config import SchedulerConfig, check_names, parse_params
+from berth.core.errors import ClaimError, SpecError, StaleGenerationError
+from berth.core.explain import NoValidHost, diagnose
+from berth.core.filters.base import Context, HostFilter, Mask
+from berth.core.filters.num_instances import NumInstancesFilter
+from berth.core.filters.numa_topology import NumaTopologyFilter, page_size_ok
+from berth.core.registry import filter_class, weigher_class
+from berth.core.request import RequestSpec
+from berth.core.table import HostTable
+from berth.core.weighers.base import HostWeigher, normalise
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+
+_TIE = 1e-9
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Where one instance goes, exactly, and the hosts to try if that one fails."""
+
+    instance_id: str
+    host: str
+    alternates: tuple[str, ...]
+    cell_use: I64 = field(compare=False)
+    host_use: I64 = field(compare=False)
+
+
+@dataclass(frozen=True)
+class Decision:
+    request: RequestSpec
+    selections: tuple[Selection, ...]
+    generations: dict[str, int]
+    """Each touched host's generation as read when deciding (the commit's precondition)."""
+
+    @property
+    def hosts(self) -> list[str]:
+        return [s.host for s in self.selections]
+
+
+def _mix(*values: int) -> int:
+    """SplitMix64 over the values: cheap deterministic tie-breaking without an RNG object."""
+    x = 0x9E3779B97F4A7C15
+    for v in values:
+        x = (x ^ (v & 0xFFFFFFFFFFFFFFFF)) * 0xBF58476D1CE4E5B9 & 0xFFFFFFFFFFFFFFFF
+        x ^= x >> 31
+        x = x * 0x94D049BB133111EB & 0xFFFFFFFFFFFFFFFF
+        x ^= x >> 29
+    return x
+
+
+class FilterScheduler:
+    """Nova's filter scheduler over the columnar table."""
+
+    def __init__(
+        self,
+        filters: Sequence[HostFilter],
+        weighers: Sequence[tuple[HostWeigher, float]] = (),
+        *,
+        host_subset_size: int = 1,
+        max_attempts: int = 3,
+    ) -> None:
+        self.filters = list(filters)
+        self.weighers = [(w, weight) for w, weight in weighers if weight != 0.0]
+        self.host_subset_size = host_subset_size
+        self.max_attempts = max_attempts
+
+    @classmethod
+    def from_config(cls, config: SchedulerConfig) -> FilterScheduler:
+        check_names(config)
+        filters = []
+        for name in config.filters:
+            klass = filter_class(name)
+            raw = config.filter_params.get(name, {})
+            filters.append(klass(parse_params("filter", name, klass.Params, raw)))
+        weighers = []
+        for w in config.weighers:
+            wklass = weigher_class(w.name)
+            weighers.append(
+                (wklass(parse_params("weigher", w.name, wklass.Params, w.params)), w.weight)
+            )
+        kwargs = {"host_subset_size": config.host_subset_size, "max_attempts": config.max_attempts}
+        if config.driver == "chance":
+            return ChanceScheduler(filters, (), **kwargs)
+        return cls(filters, weighers, **kwargs)
+
+    # ------------------------------------------------------------------ decisions
+    def select_destinations(self, table: HostTable, request: RequestSpec, now: float) -> Decision:
+        """Choose hosts for every instance of `request`, all or nothing; the table is unchanged.
+
+        Raises `NoValidHost` with a diagnosis when some instance fits nowhere.
+        """
+        demand = table.demand(request.flavor)
+        if request.server_group is not None and request.server_group not in table.groups:
+            raise SpecError(f"server_group: unknown server group {request.server_group!r}")
+        ids = request.ids()
+        if len(ids) != request.num_instances:
+            raise SpecError("instance_ids: must have num_instances entries")
+        clash = next((i for i in ids if i in table.allocations), None)
+        if clash is not None:
+            raise SpecError(f"instance_ids: {clash!r} already exists")
+
+        static = [f for f in self.filters if f.static]
+        dynamic = [f for f in self.filters if not f.static]
+        ctx = Context(table, request, demand, now)
+        static_mask = np.ones(len(table), dtype=bool)
+        for flt in static:
+            static_mask &= flt.mask(ctx)
+
+        selections: list[Selection] = []
+        generations: dict[str, int] = {}
+        undo: list[tuple[str, int]] = []
+        try:
+            for i, iid in enumerate(ids):
+                mask = static_mask.copy()
+                for flt in dynamic:
+                    mask &= flt.mask(ctx)
+                rows = np.flatnonzero(mask)
+                if rows.size == 0:
+                    raise NoValidHost(diagnose(ctx, self.filters, instance=i + 1))
+                chosen, alternates = self._choose(ctx, rows, request.seed, i)
+                host = table.names[chosen]
+                generations.setdefault(host, int(table.generation[chosen]))
+                cell_use, host_use = table.plan_for(request.flavor, chosen)
+                undo.append((iid, int(table.generation[chosen])))
+                table.claim(
+                    iid,
+                    host,
+                    request.flavor,
+                    cell_use,
+                    host_use,
+                    server_group=request.server_group,
+                    project=request.project,
+                )
+                selections.append(
+                    Selection(
+                        iid, host, tuple(table.names[a] for a in alternates), cell_use, host_use
+                    )
+                )
+        finally:
+            for iid, generation in reversed(undo):
+                table.unclaim(iid, generation)
+        return Decision(request, tuple(selections), generations)
+
+    def _scores(self, ctx: Context, rows: I64) -> F64:
+        scores = np.zeros(rows.size, dtype=np.float64)
+        for weigher, weight in self.weighers:
+            scores += weight * normalise(weigher.raw(ctx, rows))
+        return scores
+
+    def _choose(self, ctx: Context, rows: I64, seed: int, step: int) -> tuple[int, list[int]]:
+        """The chosen row and up to max_attempts - 1 alternates (best first)."""
+        scores = self._scores(ctx, rows) if self.weighers else np.zeros(rows.size)
+        want = min(rows.size, max(self.max_attempts, self.host_subset_size))
+        if want < rows.size:
+            top = np.argpartition(-scores, want - 1)[:want]
+        else:
+            top = np.arange(rows.size)
+        order = top[np.argsort(-scores[top], kind="stable")]
+        best = scores[order[0]]
+        if self.host_subset_size > 1:
+            pool = order[: self.host_subset_size]
+        else:
+            pool = order[scores[order] >= best - _TIE]
+            if pool.size == want and want < rows.size:
+                # every host in the top slice ties: draw from all tied hosts, not just the slice
+                pool = np.flatnonzero(scores >= best - _TIE)
+        pick = int(pool[_mix(seed, step, pool.size) % pool.size])
+        rest = [int(r) for r in order if r != pick][: self.max_attempts - 1]
+        return int(rows[pick]), [int(rows[r]) for r in rest]
+
+    # ------------------------------------------------------------------ capacity
+    def capacity(self, table: HostTable, flavor: str, now: float) -> I64:
+        """How many more instances of `flavor` each host takes, as this scheduler would place them.
+
+        Resources are counted NUMA-exactly (`numa.count`); hosts that a request-independent
+        filter rejects count 0; the instances-per-host limit caps the count.
+        """
+        demand = table.demand(flavor)
+        ctx = Context(table, RequestSpec(flavor=flavor), demand, now)
+        counts = numa.count(demand, table.cell_free, table.host_free)
+        eligible = self._eligible(ctx)
+        for flt in self.filters:
+            if isinstance(flt, NumInstancesFilter):
+                counts = np.minimum(counts, flt.limit() - table.n_instances.astype(np.int64))
+        return np.where(eligible, np.maximum(counts, 0), 0)
+
+    def _eligible(self, ctx: Context) -> Mask:
+        mask = np.ones(len(ctx.table), dtype=bool)
+        for flt in self.filters:
+            if flt.static:
+                mask &= flt.mask(ctx)
+        if any(isinstance(f, NumaTopologyFilter) for f in self.filters):
+            mask &= page_size_ok(ctx)
+        return mask
+
+
+class ChanceScheduler(FilterScheduler):
+    """Nova's ChanceScheduler, made safe: a uniformly random host among those that fit."""
+
+    def _choose(self, ctx: Context, rows: I64, seed: int, step: int) -> tuple[int, list[int]]:
+        pick = _mix(seed, step, rows.size) % rows.size
+        rest = [
+            int(rows[(pick + k) % rows.size]) for k in range(1, min(self.max_attempts, rows.size))
+        ]
+        return int(rows[pick]), rest
+
+
+def commit(table: HostTable, decision: Decision) -> None:
+    """Apply a decision if every host it touches is still at the generation it read.
+
+    All or nothing: on a stale generation or a claim that no longer fits, every claim made so
+    far is undone exactly and the error is raised; the table is then as before.
+    """
+    for host, generation in decision.generations.items():
+        current = int(table.generation[table.row(host)])
+        if current != generation:
+            raise StaleGenerationError(
+                f"host {host!r} changed since the decision (generation {generation} -> {current})"
+            )
+    done: list[tuple[str, int]] = []
+    try:
+        for sel in decision.selections:
+            row = table.row(sel.host)
+            done.append((sel.instance_id, int(table.generation[row])))
+            table.claim(
+                sel.instance_id,
+                sel.host,
+                decision.request.flavor,
+                sel.cell_use,
+                sel.host_use,
+                server_group=decision.request.server_group,
+                project=decision.request.project,
+            )
+    except ClaimError:
+        done.pop()
+        for iid, generation in reversed(done):
+            table.unclaim(iid, generation)
+        raise

@@ -1,0 +1,14 @@
+"""Every host passes (Nova's AllHostsFilter)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from berth.core.filters.base import Context, HostFilter, Mask
+
+
+class AllHostsFilter(HostFilter):
+    name = "all_hosts"
+
+    def mask(self, ctx: Context) -> Mask:
+        return np.ones(len(ctx.table), dtype=bool)

@@ -1,0 +1,43 @@
+"""Enabled hosts whose service heartbeat is fresh (Nova's ComputeFilter)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from berth.core.filters.base import Context, HostFilter, Mask, Rejection
+
+
+class ComputeParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    service_down_time: Annotated[float, Field(gt=0)] = 60.0
+    """Seconds after its last heartbeat that a host counts as down (Nova's default is 60)."""
+
+
+class ComputeFilter(HostFilter):
+    name = "compute"
+    Params = ComputeParams
+
+    def _fresh(self, ctx: Context) -> Mask:
+        assert isinstance(self.params, ComputeParams)
+        age = ctx.now - ctx.table.heartbeat  # NaN (never reported) compares False
+        return age <= self.params.service_down_time
+
+    def mask(self, ctx: Context) -> Mask:
+        return ctx.table.enabled & self._fresh(ctx)
+
+    def explain(self, ctx: Context, failed: Mask) -> list[tuple[Rejection, Mask]]:
+        assert isinstance(self.params, ComputeParams)
+        disabled = failed & ~ctx.table.enabled
+        stale = failed & ~disabled
+        return [
+            (Rejection("host_disabled", "disabled"), disabled),
+            (
+                Rejection(
+                    "host_down",
+                    f"no heartbeat in the last {self.params.service_down_time:g} s",
+                ),
+                stale,
+            ),
+        ]

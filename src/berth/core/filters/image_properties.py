@@ -1,0 +1,37 @@
+"""The image's architecture and hypervisor type must match the host (ImagePropertiesFilter)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from berth.core.filters.base import Context, HostFilter, Mask, Rejection
+
+
+class ImagePropertiesFilter(HostFilter):
+    name = "image_properties"
+
+    def _arch(self, ctx: Context) -> Mask:
+        want = ctx.request.image.architecture
+        if want is None:
+            return np.ones(len(ctx.table), dtype=bool)
+        return ctx.table.arch == ctx.table.arches.get(want)
+
+    def _hypervisor(self, ctx: Context) -> Mask:
+        want = ctx.request.image.hypervisor_type
+        if want is None:
+            return np.ones(len(ctx.table), dtype=bool)
+        return ctx.table.hypervisor == ctx.table.hypervisors.get(want)
+
+    def mask(self, ctx: Context) -> Mask:
+        return self._arch(ctx) & self._hypervisor(ctx)
+
+    def explain(self, ctx: Context, failed: Mask) -> list[tuple[Rejection, Mask]]:
+        arch = failed & ~self._arch(ctx)
+        image = ctx.request.image
+        return [
+            (Rejection("architecture_mismatch", f"architecture is not {image.architecture}"), arch),
+            (
+                Rejection("hypervisor_mismatch", f"hypervisor is not {image.hypervisor_type}"),
+                failed & ~arch,
+            ),
+        ]

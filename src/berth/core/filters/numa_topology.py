@@ -1,0 +1,86 @@
+"""The guest's NUMA topology fits the host's cells (NUMATopologyFilter, done exactly).
+
+Checks pinned/shared CPUs, small-page or huge-page memory and cell-local PCI devices per cell,
+for one guest cell, two even cells, two stated uneven cells, or Berth's flexible split. Host-wide
+columns (RAM, vCPU, disk, PCI totals) belong to their own filters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from berth.core import numa
+from berth.core.demand import Demand
+from berth.core.filters.base import Context, HostFilter, Mask, Rejection
+from berth.core.flavors import NumaMode
+from berth.core.resources import CELL_BASE, cell_resource_name
+
+
+def page_size_ok(ctx: Context) -> Mask:
+    """Hosts whose huge-page size suits the flavor (and divides each guest cell's memory)."""
+    spec = ctx.demand.spec
+    n = len(ctx.table)
+    if spec.page_size_kb == 0:
+        return np.ones(n, dtype=bool)
+    page = ctx.table.page_kb.astype(np.int64)
+    ok = page > 0 if spec.page_size_kb < 0 else page == spec.page_size_kb
+    for shape in spec.cells:
+        ok &= (shape.memory_mb * 1024) % np.maximum(page, 1) == 0
+    return ok
+
+
+def _only(d: Demand, columns: list[int]) -> Demand:
+    """The same demand restricted to some cell columns (to find which resource fails)."""
+    keep = np.zeros(d.cells.shape[1], dtype=bool)
+    keep[columns] = True
+    return replace(d, cells=d.cells * keep, total=d.total * keep)
+
+
+class NumaTopologyFilter(HostFilter):
+    name = "numa_topology"
+    static = False
+
+    def mask(self, ctx: Context) -> Mask:
+        d = ctx.demand
+        if d.mode == NumaMode.NONE:
+            return np.ones(len(ctx.table), dtype=bool)
+        fit = numa.cell_count(d, ctx.cell_free, limit=1) >= 1
+        return fit & page_size_ok(ctx)
+
+    def explain(self, ctx: Context, failed: Mask) -> list[tuple[Rejection, Mask]]:
+        d = ctx.demand
+        spec = d.spec
+        out: list[tuple[Rejection, Mask]] = []
+        left = failed.copy()
+        guest_cells = 1 if d.mode == NumaMode.SINGLE else 2
+        if guest_cells == 2:
+            few = left & (ctx.table.n_cells < 2)
+            out.append((Rejection("numa_cells", "host has one NUMA cell, flavor needs two"), few))
+            left &= ~few
+        if spec.hugepages:
+            bad = left & ~page_size_ok(ctx)
+            size = "any" if spec.page_size_kb < 0 else f"{spec.page_size_kb} KB"
+            out.append((Rejection("page_size", f"no huge pages of size {size}"), bad))
+            left &= ~bad
+        for col in np.flatnonzero(d.total):
+            alone = _only(d, [int(col)])
+            fits = numa.cell_count(alone, ctx.cell_free, limit=1) >= 1
+            bad = left & ~fits
+            name = cell_resource_name(int(col), ctx.table.device_types)
+            need = int(d.cells[:, col].max()) if d.mode != NumaMode.FLEX else int(d.total[col])
+            best = ctx.cell_free[:, :, col].max(axis=1).astype(np.float64)
+            if d.mode == NumaMode.SINGLE:
+                msg = f"no NUMA cell with {need} free {name}"
+            elif d.mode == NumaMode.FLEX:
+                least = int(d.cells[0, col])
+                msg = f"two NUMA cells lack {need} free {name} in all (min {least} each)"
+                best = ctx.cell_free[:, :, col].sum(axis=1).astype(np.float64)
+            else:
+                msg = f"NUMA cells lack {need} free {name} for the guest split"
+            code = "numa_pci" if col >= CELL_BASE else "numa_" + name.replace(" ", "_").lower()
+            out.append((Rejection(code, msg, name, need, best), bad))
+            left &= ~bad
+        out.append((Rejection("numa_combined", "no NUMA cell fits all resources together"), left))
+        return out

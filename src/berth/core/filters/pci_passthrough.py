@@ -1,0 +1,49 @@
+"""Enough free PCI devices of each requested type on the host (PciPassthroughFilter).
+
+NUMA affinity (devices in the guest's own cell) is the NUMA topology filter's job; this filter
+checks the host total, so a host without the devices at all is reported as such.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from berth.core.filters.base import Context, HostFilter, Mask, Rejection
+from berth.core.resources import CELL_BASE
+
+
+class PciPassthroughFilter(HostFilter):
+    name = "pci_passthrough"
+    static = False
+
+    @staticmethod
+    def _want(ctx: Context) -> np.ndarray:
+        d = ctx.demand
+        return d.pci + d.cells[:, CELL_BASE:].sum(axis=0) if d.cells.size else d.pci
+
+    def mask(self, ctx: Context) -> Mask:
+        want = self._want(ctx)
+        cols = np.flatnonzero(want)
+        if cols.size == 0:
+            return np.ones(len(ctx.table), dtype=bool)
+        free = ctx.cell_free[:, :, CELL_BASE + cols].sum(axis=1)
+        return (free >= want[cols]).all(axis=1)
+
+    def explain(self, ctx: Context, failed: Mask) -> list[tuple[Rejection, Mask]]:
+        want = self._want(ctx)
+        out = []
+        left = failed.copy()
+        for p in np.flatnonzero(want):
+            device = ctx.table.device_types[p]
+            free = ctx.cell_free[:, :, CELL_BASE + p].sum(axis=1)
+            bad = left & (free < want[p])
+            why = Rejection(
+                "insufficient_pci",
+                f"fewer than {int(want[p])} free {device} devices",
+                f"pci:{device}",
+                int(want[p]),
+                free.astype(np.float64),
+            )
+            out.append((why, bad))
+            left &= ~bad
+        return out

@@ -1,0 +1,25 @@
+"""Enough small-page RAM on the host, allocation ratio and reserve applied (Nova's RamFilter)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from berth.core.filters.base import Context, HostFilter, Mask, Rejection
+from berth.core.resources import H_MEM
+
+
+class RamFilter(HostFilter):
+    name = "ram"
+    static = False
+
+    def mask(self, ctx: Context) -> Mask:
+        need = ctx.demand.host[H_MEM]
+        if need == 0:
+            return np.ones(len(ctx.table), dtype=bool)
+        return ctx.host_free[:, H_MEM] >= need
+
+    def explain(self, ctx: Context, failed: Mask) -> list[tuple[Rejection, Mask]]:
+        need = int(ctx.demand.host[H_MEM])
+        free = ctx.host_free[:, H_MEM].astype(np.float64)
+        why = Rejection("insufficient_ram", f"less than {need} MB free RAM", "ram_mb", need, free)
+        return [(why, failed)]

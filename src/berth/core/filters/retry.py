@@ -1,0 +1,20 @@
+"""Exclude hosts that already failed this request (Nova's RetryFilter)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from berth.core.filters.base import Context, HostFilter, Mask
+
+
+class RetryFilter(HostFilter):
+    name = "retry"
+
+    def mask(self, ctx: Context) -> Mask:
+        out = np.ones(len(ctx.table), dtype=bool)
+        rows = [ctx.table.index[h] for h in ctx.request.ignore_hosts if h in ctx.table.index]
+        out[rows] = False
+        return out
+
+    def describe(self, ctx: Context) -> str:
+        return "already failed this request"

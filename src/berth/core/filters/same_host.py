@@ -1,0 +1,43 @@
+"""Scheduler hints same_host / different_host: share or avoid the hosts of given instances."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from berth.core.filters.base import Context, HostFilter, Mask
+
+
+def _rows(ctx: Context, instance_ids: tuple[str, ...]) -> list[int]:
+    table = ctx.table
+    return [
+        table.index[a.host] for iid in instance_ids if (a := table.allocations.get(iid)) is not None
+    ]
+
+
+class SameHostFilter(HostFilter):
+    name = "same_host"
+    static = False
+
+    def mask(self, ctx: Context) -> Mask:
+        n = len(ctx.table)
+        if not ctx.request.same_host:
+            return np.ones(n, dtype=bool)
+        out = np.zeros(n, dtype=bool)
+        out[_rows(ctx, ctx.request.same_host)] = True
+        return out
+
+    def describe(self, ctx: Context) -> str:
+        return "does not hold the instances named in same_host"
+
+
+class DifferentHostFilter(HostFilter):
+    name = "different_host"
+    static = False
+
+    def mask(self, ctx: Context) -> Mask:
+        out = np.ones(len(ctx.table), dtype=bool)
+        out[_rows(ctx, ctx.request.different_host)] = False
+        return out
+
+    def describe(self, ctx: Context) -> str:
+        return "holds an instance named in different_host"

@@ -1,0 +1,49 @@
+"""Hard server-group affinity and anti-affinity (Nova's ServerGroup*Filter).
+
+Anti-affinity allows up to the group's `max_server_per_host` members per host (Nova's rule);
+affinity confines a group that has members to the hosts that hold them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from berth.core.filters.base import Context, HostFilter, Mask
+from berth.core.model import GroupPolicy, ServerGroup
+
+
+def _group(ctx: Context, policy: GroupPolicy) -> ServerGroup | None:
+    gid = ctx.request.server_group
+    if gid is None:
+        return None
+    group = ctx.table.groups.get(gid)
+    return group if group is not None and group.policy == policy else None
+
+
+class ServerGroupAffinityFilter(HostFilter):
+    name = "server_group_affinity"
+    static = False
+
+    def mask(self, ctx: Context) -> Mask:
+        group = _group(ctx, GroupPolicy.AFFINITY)
+        n = len(ctx.table)
+        if group is None or not ctx.table.group_rows.get(group.id):
+            return np.ones(n, dtype=bool)
+        return ctx.table.group_count(group.id) > 0
+
+    def describe(self, ctx: Context) -> str:
+        return f"not a host of affinity group {ctx.request.server_group}"
+
+
+class ServerGroupAntiAffinityFilter(HostFilter):
+    name = "server_group_anti_affinity"
+    static = False
+
+    def mask(self, ctx: Context) -> Mask:
+        group = _group(ctx, GroupPolicy.ANTI_AFFINITY)
+        if group is None:
+            return np.ones(len(ctx.table), dtype=bool)
+        return ctx.table.group_count(group.id) < group.max_server_per_host
+
+    def describe(self, ctx: Context) -> str:
+        return f"already holds members of anti-affinity group {ctx.request.server_group}"

@@ -1,0 +1,19 @@
+"""Flavors with `trust:trusted_host=trusted` run only on attested hosts (TrustedFilter)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from berth.core.filters.base import Context, HostFilter, Mask
+
+
+class TrustedFilter(HostFilter):
+    name = "trusted"
+
+    def mask(self, ctx: Context) -> Mask:
+        if not ctx.demand.spec.trusted:
+            return np.ones(len(ctx.table), dtype=bool)
+        return ctx.table.trusted.copy()
+
+    def describe(self, ctx: Context) -> str:
+        return "not an attested (trusted) host"

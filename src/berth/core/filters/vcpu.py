@@ -1,0 +1,28 @@
+"""Enough vCPUs on the host: shared vCPUs with the allocation ratio, or free pinnable CPUs."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from berth.core.filters.base import Context, HostFilter, Mask, Rejection
+from berth.core.resources import C_PCPU, H_VCPU
+
+
+class VcpuFilter(HostFilter):
+    name = "vcpu"
+    static = False
+
+    def _free(self, ctx: Context) -> np.ndarray:
+        if ctx.demand.spec.dedicated_cpus:
+            return ctx.cell_free[:, :, C_PCPU].sum(axis=1)
+        return ctx.host_free[:, H_VCPU]
+
+    def mask(self, ctx: Context) -> Mask:
+        return self._free(ctx) >= ctx.demand.spec.vcpus
+
+    def explain(self, ctx: Context, failed: Mask) -> list[tuple[Rejection, Mask]]:
+        need = ctx.demand.spec.vcpus
+        kind = "pinned CPUs" if ctx.demand.spec.dedicated_cpus else "vCPUs"
+        free = self._free(ctx).astype(np.float64)
+        why = Rejection("insufficient_vcpu", f"less than {need} free {kind}", kind, need, free)
+        return [(why, failed)]

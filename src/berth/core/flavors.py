@@ -1,0 +1,339 @@
+"""Flavor extra specs parsed once into a typed `FlavorSpec`.
+
+Nova's vocabulary is used where one exists (`hw:cpu_policy`, `hw:numa_nodes`, `hw:numa_cpus.N`,
+`hw:numa_mem.N`, `hw:mem_page_size`, `hw:pci_numa_affinity_policy`, `pci_passthrough:alias`,
+`trait:X`, `aggregate_instance_extra_specs:K`, `capabilities:K`, `trust:trusted_host`).
+Berth adds one documented spec family for uneven two-cell guests (docs/flavors.md):
+
+* `berth:numa_split=flexible` — the guest's vCPUs and memory may be split unevenly over two host
+  cells, each cell getting at least `berth:numa_min_vcpus` vCPUs (default vcpus // 4, at least 1)
+  and `berth:numa_min_memory_mb` MB (default memory scaled by the same share).
+
+Parsing happens once per flavor when a fleet is loaded; the hot path never reads strings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from berth.core.errors import SpecError
+from berth.core.model import DiskKind, Flavor
+
+_Bad = Callable[[str, str], SpecError]
+"""Builds the error for one extra-spec key: (key, why) -> SpecError."""
+
+
+class NumaMode(IntEnum):
+    NONE = 0  # floats over the whole host (no guest NUMA topology)
+    SINGLE = 1  # one guest cell on one host cell
+    EVEN = 2  # two guest cells of equal size on the two host cells
+    FIXED = 3  # two guest cells of stated, unequal sizes (hw:numa_cpus.N / hw:numa_mem.N)
+    FLEX = 4  # two guest cells, split chosen by Berth within stated minimums
+
+
+class PciPolicy(IntEnum):
+    REQUIRED = 0  # devices must sit in a host cell the guest uses
+    PREFERRED = 1  # any cell, the guest's own first
+
+
+@dataclass(frozen=True)
+class CellShape:
+    vcpus: int
+    memory_mb: int
+
+
+@dataclass(frozen=True)
+class SpecMatch:
+    """One `key op value` requirement against host aggregate metadata or capabilities."""
+
+    key: str
+    op: str
+    value: str
+
+    def matches(self, actual: str) -> bool:
+        return _match(self.op, self.value, actual)
+
+
+@dataclass(frozen=True)
+class FlavorSpec:
+    name: str
+    vcpus: int
+    memory_mb: int
+    disk_gb: int
+    disk_kind: DiskKind
+    dedicated_cpus: bool
+    page_size_kb: int  # 0 = small pages, -1 = any huge page size, else the exact size
+    numa_mode: NumaMode
+    cells: tuple[CellShape, ...]  # SINGLE: 1, EVEN/FIXED: 2, FLEX: the two minimums
+    pci: dict[str, int]  # device type -> count
+    pci_policy: PciPolicy
+    required_traits: frozenset[str]
+    forbidden_traits: frozenset[str]
+    aggregate_specs: tuple[SpecMatch, ...]
+    capability_specs: tuple[SpecMatch, ...]
+    trusted: bool
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def hugepages(self) -> bool:
+        return self.page_size_kb != 0
+
+    @property
+    def numa(self) -> bool:
+        return self.numa_mode != NumaMode.NONE
+
+
+_PAGE_SIZES = {
+    "small": 0,
+    "any": 0,  # 'any' always runs on small pages here: they exist on every host.
+    "large": -1,
+    "2mb": 2048,
+    "2048": 2048,
+    "2048kb": 2048,
+    "1gb": 1048576,
+    "1048576": 1048576,
+    "1048576kb": 1048576,
+}
+
+_OPS = ("s==", "s!=", "s>=", "s>", "s<=", "s<", "<in>", "<all-in>", "<or>", "==", "!=", ">=", "<=")
+
+
+def parse_flavor(flavor: Flavor, pci_aliases: dict[str, str]) -> FlavorSpec:
+    """Turn a flavor's extra specs into a `FlavorSpec`; `SpecError` names the offending key."""
+    specs = flavor.extra_specs
+    where = f"flavor {flavor.name!r}: extra_specs"
+
+    def bad(key: str, why: str) -> SpecError:
+        return SpecError(f"{where}[{key!r}]: {why}")
+
+    policy = specs.get("hw:cpu_policy", "shared").lower()
+    if policy not in ("shared", "dedicated"):
+        raise bad("hw:cpu_policy", f"must be 'shared' or 'dedicated', got {policy!r}")
+    dedicated = policy == "dedicated"
+
+    page_raw = specs.get("hw:mem_page_size", "small").lower()
+    if page_raw not in _PAGE_SIZES:
+        raise bad("hw:mem_page_size", f"unknown page size {page_raw!r}")
+    page_size_kb = _PAGE_SIZES[page_raw]
+
+    nodes_raw = specs.get("hw:numa_nodes")
+    if nodes_raw is None:
+        nodes = 1 if (dedicated or page_size_kb != 0) else 0
+    else:
+        if nodes_raw not in ("1", "2"):
+            raise bad("hw:numa_nodes", f"must be 1 or 2, got {nodes_raw!r}")
+        nodes = int(nodes_raw)
+
+    split = specs.get("berth:numa_split", "even").lower()
+    if split not in ("even", "flexible"):
+        raise bad("berth:numa_split", f"must be 'even' or 'flexible', got {split!r}")
+    explicit = [k for k in specs if k.startswith(("hw:numa_cpus.", "hw:numa_mem."))]
+
+    cells: tuple[CellShape, ...] = ()
+    if nodes == 0:
+        mode = NumaMode.NONE
+    elif nodes == 1:
+        mode = NumaMode.SINGLE
+        cells = (CellShape(flavor.vcpus, flavor.memory_mb),)
+    elif split == "flexible":
+        if explicit:
+            raise bad(explicit[0], "cannot be combined with berth:numa_split=flexible")
+        mode = NumaMode.FLEX
+        cells = (_flex_minimums(flavor, bad),) * 2
+    elif explicit:
+        mode, cells = _explicit_cells(flavor, bad)
+    else:
+        if flavor.vcpus % 2 or flavor.memory_mb % 2:
+            raise bad(
+                "hw:numa_nodes",
+                "an even two-cell split needs even vcpus and memory_mb; "
+                "give hw:numa_cpus.N/hw:numa_mem.N or berth:numa_split=flexible",
+            )
+        mode = NumaMode.EVEN
+        cells = (CellShape(flavor.vcpus // 2, flavor.memory_mb // 2),) * 2
+
+    pci = _parse_pci(specs.get("pci_passthrough:alias"), pci_aliases, bad)
+    pci_policy_raw = specs.get("hw:pci_numa_affinity_policy", "required").lower()
+    if pci_policy_raw in ("required", "legacy"):
+        pci_policy = PciPolicy.REQUIRED
+    elif pci_policy_raw in ("preferred", "socket"):
+        pci_policy = PciPolicy.PREFERRED
+    else:
+        raise bad("hw:pci_numa_affinity_policy", f"unknown policy {pci_policy_raw!r}")
+
+    required: set[str] = set()
+    forbidden: set[str] = set()
+    aggregate_specs: list[SpecMatch] = []
+    capability_specs: list[SpecMatch] = []
+    for key, value in specs.items():
+        if key.startswith("trait:"):
+            trait = key.removeprefix("trait:")
+            if value.lower() == "required":
+                required.add(trait)
+            elif value.lower() == "forbidden":
+                forbidden.add(trait)
+            else:
+                raise bad(key, f"must be 'required' or 'forbidden', got {value!r}")
+        elif key.startswith("aggregate_instance_extra_specs:"):
+            aggregate_specs.append(_spec_match(key.split(":", 1)[1], value))
+        elif key.startswith("capabilities:"):
+            capability_specs.append(_spec_match(key.split(":", 1)[1], value))
+
+    trusted_raw = specs.get("trust:trusted_host", "").lower()
+    if trusted_raw not in ("", "trusted", "untrusted"):
+        raise bad("trust:trusted_host", f"must be 'trusted' or 'untrusted', got {trusted_raw!r}")
+
+    disk_gb = flavor.root_gb + flavor.ephemeral_gb + -(-flavor.swap_mb // 1024)
+    return FlavorSpec(
+        name=flavor.name,
+        vcpus=flavor.vcpus,
+        memory_mb=flavor.memory_mb,
+        disk_gb=disk_gb,
+        disk_kind=flavor.disk_kind,
+        dedicated_cpus=dedicated,
+        page_size_kb=page_size_kb,
+        numa_mode=mode,
+        cells=cells,
+        pci=pci,
+        pci_policy=pci_policy,
+        required_traits=frozenset(required),
+        forbidden_traits=frozenset(forbidden),
+        aggregate_specs=tuple(aggregate_specs),
+        capability_specs=tuple(capability_specs),
+        trusted=trusted_raw == "trusted",
+        extra=dict(specs),
+    )
+
+
+def _flex_minimums(flavor: Flavor, bad: _Bad) -> CellShape:
+    specs = flavor.extra_specs
+    if flavor.vcpus < 2:
+        raise bad("berth:numa_split", "a two-cell guest needs at least 2 vcpus")
+    min_vcpus = _int_spec(specs, "berth:numa_min_vcpus", max(1, flavor.vcpus // 4), bad)
+    if not 1 <= min_vcpus <= flavor.vcpus // 2:
+        raise bad("berth:numa_min_vcpus", f"must be between 1 and {flavor.vcpus // 2}")
+    default_mem = max(1, flavor.memory_mb * min_vcpus // flavor.vcpus)
+    min_mem = _int_spec(specs, "berth:numa_min_memory_mb", default_mem, bad)
+    if not 1 <= min_mem <= flavor.memory_mb // 2:
+        raise bad("berth:numa_min_memory_mb", f"must be between 1 and {flavor.memory_mb // 2}")
+    return CellShape(min_vcpus, min_mem)
+
+
+def _explicit_cells(flavor: Flavor, bad: _Bad) -> tuple[NumaMode, tuple[CellShape, ...]]:
+    specs = flavor.extra_specs
+    seen: set[int] = set()
+    shapes = []
+    for cell in (0, 1):
+        cpus_key, mem_key = f"hw:numa_cpus.{cell}", f"hw:numa_mem.{cell}"
+        if cpus_key not in specs or mem_key not in specs:
+            missing = cpus_key if cpus_key not in specs else mem_key
+            raise bad(missing, "an explicit two-cell split needs numa_cpus and numa_mem per cell")
+        cpus = _cpu_list(specs[cpus_key], lambda why, k=cpus_key: bad(k, why))  # type: ignore[misc]
+        if cpus & seen:
+            raise bad(cpus_key, "overlaps the other cell's CPUs")
+        seen |= cpus
+        shapes.append(CellShape(len(cpus), _int_spec(specs, mem_key, 0, bad)))
+    if seen != set(range(flavor.vcpus)):
+        raise bad("hw:numa_cpus.0", f"cells must cover guest CPUs 0-{flavor.vcpus - 1} exactly")
+    if shapes[0].memory_mb + shapes[1].memory_mb != flavor.memory_mb:
+        raise bad("hw:numa_mem.0", f"cell memory must add up to {flavor.memory_mb}")
+    if min(s.memory_mb for s in shapes) < 1:
+        raise bad("hw:numa_mem.0", "each cell needs memory")
+    mode = NumaMode.EVEN if shapes[0] == shapes[1] else NumaMode.FIXED
+    return mode, tuple(shapes)
+
+
+def _int_spec(specs: dict[str, str], key: str, default: int, bad: _Bad) -> int:
+    raw = specs.get(key)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise bad(key, f"must be a whole number, got {raw!r}") from None
+
+
+def _cpu_list(raw: str, bad: Callable[[str], SpecError]) -> set[int]:
+    out: set[int] = set()
+    try:
+        for part in raw.split(","):
+            part = part.strip()
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                if hi < lo:
+                    raise ValueError
+                out.update(range(lo, hi + 1))
+            else:
+                out.add(int(part))
+    except ValueError:
+        raise bad(f"bad CPU list {raw!r}") from None
+    return out
+
+
+def _parse_pci(raw: str | None, aliases: dict[str, str], bad: _Bad) -> dict[str, int]:
+    if not raw:
+        return {}
+    out: dict[str, int] = {}
+    for part in raw.split(","):
+        name, _, count_raw = part.strip().partition(":")
+        try:
+            count = int(count_raw) if count_raw else 1
+        except ValueError:
+            raise bad("pci_passthrough:alias", f"bad count in {part!r}") from None
+        if count < 1:
+            raise bad("pci_passthrough:alias", f"count must be positive in {part!r}")
+        device = aliases.get(name, name)
+        out[device] = out.get(device, 0) + count
+    return out
+
+
+def _spec_match(key: str, raw: str) -> SpecMatch:
+    text = raw.strip()
+    for op in _OPS:
+        if text.startswith(op + " ") or text == op:
+            return SpecMatch(key, op, text[len(op) :].strip())
+    return SpecMatch(key, "s==", text)
+
+
+def _as_float(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _match(op: str, want: str, actual: str) -> bool:
+    """Nova's extra-spec operators, evaluated on one host value (a comma-joined set allowed)."""
+    values = [v.strip() for v in actual.split(",")] if op != "<in>" else [actual]
+    if op == "<or>":
+        options = {o.strip() for o in want.split("<or>")}
+        return any(v in options for v in values)
+    if op == "<in>":
+        return want in actual
+    if op == "<all-in>":
+        return all(w in values for w in want.split())
+    for value in values:
+        if op in ("s==", "s!=", "s>=", "s>", "s<=", "s<"):
+            if _compare(op[1:], value, want):
+                return True
+        else:
+            a, w = _as_float(value), _as_float(want)
+            if a is not None and w is not None and _compare(op, a, w):
+                return True
+    return False
+
+
+def _compare(op: str, a: str | float, b: str | float) -> bool:
+    if op == "==":
+        return a == b
+    if op == "!=":
+        return a != b
+    if op == ">=":
+        return a >= b  # type: ignore[operator]
+    if op == ">":
+        return a > b  # type: ignore[operator]
+    if op == "<=":
+        return a <= b  # type: ignore[operator]
+    return a < b  # type: ignore[operator]

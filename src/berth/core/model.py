@@ -1,0 +1,192 @@
+"""The fleet snapshot schema: hosts, flavors, server groups and instances.
+
+These pydantic models are the validated edge of the core: a snapshot file is parsed into a
+`Fleet`, every error names the field and its path, and the columnar `HostTable` is built from it.
+The models hold no behaviour beyond validation.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Name = Annotated[str, Field(min_length=1, max_length=255)]
+NonNeg = Annotated[int, Field(ge=0)]
+Ratio = Annotated[float, Field(gt=0.0, le=64.0)]
+
+MAX_NUMA_CELLS = 2
+"""Hosts have one or two NUMA cells (two sockets), the shape of the fleets Berth was built for.
+
+Every NUMA rule (single-cell, even and uneven two-cell splits) is exact on this shape; see
+docs/numa.md for why wider hosts are refused rather than approximated.
+"""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NumaCell(_Strict):
+    """One host NUMA cell: CPUs split into a shared (floating) and a dedicated (pinnable) set."""
+
+    shared_cpus: NonNeg = 0
+    dedicated_cpus: NonNeg = 0
+    memory_mb: NonNeg = Field(description="small-page memory available to guests in this cell")
+    hugepages_mb: NonNeg = Field(0, description="memory held as huge pages in this cell")
+    pci: dict[Name, NonNeg] = Field(
+        default_factory=dict, description="PCI device pools local to this cell: type -> count"
+    )
+
+
+class DiskInventory(_Strict):
+    hdd_gb: NonNeg = 0
+    ssd_gb: NonNeg = 0
+
+
+class Host(_Strict):
+    name: Name
+    availability_zone: Name = "nova"
+    aggregates: list[Name] = Field(default_factory=list)
+    traits: list[Name] = Field(default_factory=list)
+    enabled: bool = True
+    last_heartbeat: float | None = Field(
+        None, description="seconds since the epoch; None means never reported"
+    )
+    architecture: Name = "x86_64"
+    hypervisor_type: Name = "kvm"
+    trusted: bool = False
+    capabilities: dict[Name, str] = Field(default_factory=dict)
+    cpu_allocation_ratio: Ratio = 1.0
+    ram_allocation_ratio: Ratio = 1.0
+    disk_allocation_ratio: Ratio = 1.0
+    reserved_memory_mb: NonNeg = 0
+    reserved_disk_gb: NonNeg = 0
+    hugepage_size_kb: Literal[0, 2048, 1048576] = 0
+    disk: DiskInventory = Field(default_factory=DiskInventory)
+    io_ops: NonNeg = 0
+    rack: Name | None = None
+    numa_cells: list[NumaCell] = Field(min_length=1, max_length=MAX_NUMA_CELLS)
+
+    @model_validator(mode="after")
+    def _hugepages_need_size(self) -> Host:
+        if any(c.hugepages_mb for c in self.numa_cells) and not self.hugepage_size_kb:
+            raise ValueError("numa_cells declare hugepages_mb but hugepage_size_kb is 0")
+        return self
+
+
+class DiskKind(StrEnum):
+    HDD = "hdd"
+    SSD = "ssd"
+
+
+class Flavor(_Strict):
+    name: Name
+    vcpus: Annotated[int, Field(ge=1, le=4096)]
+    memory_mb: Annotated[int, Field(ge=1)]
+    root_gb: NonNeg = 0
+    ephemeral_gb: NonNeg = 0
+    swap_mb: NonNeg = 0
+    disk_kind: DiskKind = DiskKind.HDD
+    extra_specs: dict[Name, str] = Field(default_factory=dict)
+
+    @field_validator("extra_specs", mode="before")
+    @classmethod
+    def _stringify(cls, value: object) -> object:
+        # YAML turns `hw:numa_nodes: 2` into an int; extra specs are strings in Nova.
+        if isinstance(value, dict):
+            return {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
+        return value
+
+
+class GroupPolicy(StrEnum):
+    AFFINITY = "affinity"
+    ANTI_AFFINITY = "anti-affinity"
+    SOFT_AFFINITY = "soft-affinity"
+    SOFT_ANTI_AFFINITY = "soft-anti-affinity"
+
+
+class ServerGroup(_Strict):
+    id: Name
+    policy: GroupPolicy
+    max_server_per_host: Annotated[int, Field(ge=1)] = 1
+
+
+class CellPlacement(_Strict):
+    """Exact use of one host cell by an instance (for snapshots of existing instances)."""
+
+    cell: Annotated[int, Field(ge=0, lt=MAX_NUMA_CELLS)]
+    vcpus: NonNeg
+    memory_mb: NonNeg
+
+
+class Instance(_Strict):
+    id: Name
+    host: Name
+    flavor: Name
+    server_group: Name | None = None
+    project: Name = "default"
+    migratable: bool = True
+    numa: list[CellPlacement] | None = Field(
+        None,
+        description="exact per-cell placement; when absent Berth places it as it would a new one",
+    )
+
+
+class Aggregate(_Strict):
+    name: Name
+    metadata: dict[Name, str] = Field(default_factory=dict)
+
+
+class PciAlias(_Strict):
+    """Nova's `[pci] alias`: the name a flavor asks for, mapped to a device type in host pools."""
+
+    name: Name
+    device_type: Name
+
+
+class Fleet(_Strict):
+    version: Literal[1] = 1
+    now: float | None = Field(None, description="reference time for heartbeat freshness")
+    aggregates: list[Aggregate] = Field(default_factory=list)
+    pci_aliases: list[PciAlias] = Field(default_factory=list)
+    hosts: list[Host] = Field(default_factory=list)
+    flavors: list[Flavor] = Field(default_factory=list)
+    server_groups: list[ServerGroup] = Field(default_factory=list)
+    instances: list[Instance] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _references(self) -> Fleet:
+        _unique("hosts", [h.name for h in self.hosts])
+        _unique("flavors", [f.name for f in self.flavors])
+        _unique("server_groups", [g.id for g in self.server_groups])
+        _unique("instances", [i.id for i in self.instances])
+        _unique("aggregates", [a.name for a in self.aggregates])
+        _unique("pci_aliases", [a.name for a in self.pci_aliases])
+        aggregates = {a.name for a in self.aggregates}
+        for i, host in enumerate(self.hosts):
+            for agg in host.aggregates:
+                if agg not in aggregates:
+                    raise ValueError(f"hosts[{i}].aggregates: unknown aggregate {agg!r}")
+        hosts = {h.name for h in self.hosts}
+        flavors = {f.name for f in self.flavors}
+        groups = {g.id for g in self.server_groups}
+        for i, inst in enumerate(self.instances):
+            if inst.host not in hosts:
+                raise ValueError(f"instances[{i}].host: unknown host {inst.host!r}")
+            if inst.flavor not in flavors:
+                raise ValueError(f"instances[{i}].flavor: unknown flavor {inst.flavor!r}")
+            if inst.server_group is not None and inst.server_group not in groups:
+                raise ValueError(
+                    f"instances[{i}].server_group: unknown server group {inst.server_group!r}"
+                )
+        return self
+
+
+def _unique(field: str, names: list[str]) -> None:
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if name in seen:
+            raise ValueError(f"{field}[{i}]: duplicate name {name!r}")
+        seen.add(name)

@@ -1,0 +1,491 @@
+"""`HostTable`: the whole fleet as columns, with exact claims and per-host generations.
+
+One numpy array per attribute; a host is a row. Names map to rows in O(1). Strings (zones,
+traits, aggregate metadata, capabilities) are interned into small vocabularies so that filters
+compare integers or bitmasks. Every claim and release changes the used columns of exactly one row
+and bumps that row's generation; a claim that would over-commit any column is refused whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from berth.core.demand import Demand, build_demand
+from berth.core.errors import ClaimError, FleetError, SpecError, StaleGenerationError
+from berth.core.flavors import FlavorSpec, SpecMatch, parse_flavor
+from berth.core.model import Fleet, Host, Instance, ServerGroup
+from berth.core.numa import fits, place
+from berth.core.resources import (
+    C_HUGE,
+    C_MEM,
+    C_PCPU,
+    C_VCPU,
+    CELL_BASE,
+    CELLS,
+    H_HDD,
+    H_MEM,
+    H_SSD,
+    H_VCPU,
+    HOST_NAMES,
+    HOST_RESOURCES,
+    cell_resource_name,
+)
+
+I64 = npt.NDArray[np.int64]
+Mask = npt.NDArray[np.bool_]
+
+
+class Vocabulary:
+    """Strings interned to dense integer codes."""
+
+    def __init__(self, words: Iterable[str] = ()) -> None:
+        self.words: list[str] = []
+        self.codes: dict[str, int] = {}
+        for word in words:
+            self.code(word)
+
+    def code(self, word: str) -> int:
+        found = self.codes.get(word)
+        if found is None:
+            found = self.codes[word] = len(self.words)
+            self.words.append(word)
+        return found
+
+    def get(self, word: str) -> int:
+        """The word's code, or -1 when no host has it."""
+        return self.codes.get(word, -1)
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+
+@dataclass
+class KeyedValues:
+    """A string attribute per host for one key (aggregate metadata or a capability).
+
+    ``codes[row]`` indexes ``values.words``; -1 where the host lacks the key. A requirement is
+    evaluated once per distinct value, then gathered to hosts: cost O(values + hosts).
+    """
+
+    codes: npt.NDArray[np.int32]
+    values: Vocabulary = field(default_factory=Vocabulary)
+
+    def copy(self) -> KeyedValues:
+        return KeyedValues(self.codes.copy(), Vocabulary(self.values.words))
+
+    def mask(self, spec: SpecMatch) -> Mask:
+        ok = np.array([spec.matches(v) for v in self.values.words] + [False], dtype=bool)
+        return ok[self.codes]  # code -1 picks the trailing False
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """An instance's exact footprint on its host."""
+
+    instance_id: str
+    host: str
+    flavor: str
+    cell_use: I64  # (2, cell columns)
+    host_use: I64  # (host columns,)
+    server_group: str | None = None
+    project: str = "default"
+    migratable: bool = True
+
+
+class HostTable:
+    """Columnar fleet state. Build with `HostTable.from_fleet`."""
+
+    def __init__(self, device_types: list[str]) -> None:
+        self.device_types = list(device_types)
+        self.width = CELL_BASE + len(self.device_types)
+        self.names: list[str] = []
+        self.index: dict[str, int] = {}
+        self.cell_cap = np.zeros((0, CELLS, self.width), dtype=np.int64)
+        self.cell_free = np.zeros_like(self.cell_cap)
+        self.host_cap = np.zeros((0, HOST_RESOURCES), dtype=np.int64)
+        self.host_free = np.zeros_like(self.host_cap)
+        self.n_cells = np.zeros(0, dtype=np.int8)
+        self.page_kb = np.zeros(0, dtype=np.int32)
+        self.n_instances = np.zeros(0, dtype=np.int32)
+        self.generation = np.zeros(0, dtype=np.int64)
+        self.enabled = np.zeros(0, dtype=bool)
+        self.heartbeat = np.zeros(0, dtype=np.float64)
+        self.trusted = np.zeros(0, dtype=bool)
+        self.io_ops = np.zeros(0, dtype=np.int32)
+        self.zones = Vocabulary()
+        self.zone = np.zeros(0, dtype=np.int32)
+        self.arches = Vocabulary()
+        self.arch = np.zeros(0, dtype=np.int32)
+        self.hypervisors = Vocabulary()
+        self.hypervisor = np.zeros(0, dtype=np.int32)
+        self.racks = Vocabulary()
+        self.rack = np.zeros(0, dtype=np.int32)
+        self.traits = Vocabulary()
+        self.trait_bits = np.zeros((0, 1), dtype=np.uint64)
+        self.aggregate_meta: dict[str, KeyedValues] = {}
+        self.capabilities: dict[str, KeyedValues] = {}
+        self.aggregates_of: list[tuple[str, ...]] = []
+        self.flavors: dict[str, FlavorSpec] = {}
+        self.demands: dict[str, Demand] = {}
+        self.groups: dict[str, ServerGroup] = {}
+        self.group_rows: dict[str, dict[int, int]] = {}
+        self.allocations: dict[str, Allocation] = {}
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def from_fleet(cls, fleet: Fleet) -> HostTable:
+        """Build the table, parse flavors and claim every listed instance exactly."""
+        device_types = sorted(
+            {d for h in fleet.hosts for c in h.numa_cells for d in c.pci}
+            | {a.device_type for a in fleet.pci_aliases}
+        )
+        table = cls(device_types)
+        aliases = {a.name: a.device_type for a in fleet.pci_aliases}
+        for flavor in fleet.flavors:
+            spec = parse_flavor(flavor, aliases)
+            table.add_flavor(spec)
+        meta = {a.name: a.metadata for a in fleet.aggregates}
+        table.add_hosts(fleet.hosts, meta)
+        for group in fleet.server_groups:
+            table.groups[group.id] = group
+        for i, inst in enumerate(fleet.instances):
+            try:
+                table.claim_existing(inst)
+            except (ClaimError, SpecError) as exc:
+                raise FleetError(f"instances[{i}] ({inst.id}): {exc}") from None
+        return table
+
+    def add_flavor(self, spec: FlavorSpec) -> None:
+        unknown = [d for d in spec.pci if d not in self.device_types]
+        if unknown:
+            raise SpecError(
+                f"flavor {spec.name!r}: extra_specs['pci_passthrough:alias']: unknown PCI alias "
+                f"or device type {unknown[0]!r}"
+            )
+        if spec.numa_mode.name == "FLEX" and spec.hugepages:
+            raise SpecError(
+                f"flavor {spec.name!r}: extra_specs['berth:numa_split']: a flexible split "
+                "cannot use huge pages (page-size granularity); use an even or explicit split"
+            )
+        self.flavors[spec.name] = spec
+        self.demands[spec.name] = build_demand(spec, self.device_types)
+
+    def add_hosts(self, hosts: list[Host], aggregate_meta: dict[str, dict[str, str]]) -> None:
+        """Append hosts as new rows. Existing rows, claims and generations are untouched."""
+        for i, host in enumerate(hosts):
+            if host.name in self.index:
+                raise FleetError(f"hosts[{i}]: host {host.name!r} already exists")
+            unknown = [d for c in host.numa_cells for d in c.pci if d not in self.device_types]
+            if unknown:
+                raise FleetError(f"hosts[{i}]: PCI device type {unknown[0]!r} is not known")
+        n0, n = len(self.names), len(hosts)
+        if n == 0:
+            return
+        cell_cap = np.zeros((n, CELLS, self.width), dtype=np.int64)
+        host_cap = np.zeros((n, HOST_RESOURCES), dtype=np.int64)
+        for r, host in enumerate(hosts):
+            for c, cell in enumerate(host.numa_cells):
+                cell_cap[r, c, C_VCPU] = int(cell.shared_cpus * host.cpu_allocation_ratio)
+                cell_cap[r, c, C_PCPU] = cell.dedicated_cpus
+                cell_cap[r, c, C_MEM] = int(cell.memory_mb * host.ram_allocation_ratio)
+                cell_cap[r, c, C_HUGE] = cell.hugepages_mb
+                for device, cnt in cell.pci.items():
+                    cell_cap[r, c, CELL_BASE + self.device_types.index(device)] = cnt
+            shared = sum(c.shared_cpus for c in host.numa_cells)
+            memory = sum(c.memory_mb for c in host.numa_cells)
+            host_cap[r, H_VCPU] = int(shared * host.cpu_allocation_ratio)
+            host_cap[r, H_MEM] = max(
+                0, int(memory * host.ram_allocation_ratio) - host.reserved_memory_mb
+            )
+            ratio = host.disk_allocation_ratio
+            hdd, ssd = host.disk.hdd_gb, host.disk.ssd_gb
+            # reserved disk comes out of HDD first, then SSD
+            res_hdd = min(host.reserved_disk_gb, hdd)
+            host_cap[r, H_HDD] = max(0, int(hdd * ratio) - res_hdd)
+            host_cap[r, H_SSD] = max(0, int(ssd * ratio) - (host.reserved_disk_gb - res_hdd))
+
+        def cat(old: Any, new: Any, dtype: Any) -> Any:
+            return np.concatenate([old, np.asarray(new, dtype=dtype)])
+
+        self.cell_cap = np.concatenate([self.cell_cap, cell_cap])
+        self.cell_free = np.concatenate([self.cell_free, cell_cap])
+        self.host_cap = np.concatenate([self.host_cap, host_cap])
+        self.host_free = np.concatenate([self.host_free, host_cap])
+        self.n_cells = cat(self.n_cells, [len(h.numa_cells) for h in hosts], np.int8)
+        self.page_kb = cat(self.page_kb, [h.hugepage_size_kb for h in hosts], np.int32)
+        self.n_instances = cat(self.n_instances, np.zeros(n), np.int32)
+        self.generation = cat(self.generation, np.zeros(n), np.int64)
+        self.enabled = cat(self.enabled, [h.enabled for h in hosts], bool)
+        beats = [np.nan if h.last_heartbeat is None else h.last_heartbeat for h in hosts]
+        self.heartbeat = cat(self.heartbeat, beats, np.float64)
+        self.trusted = cat(self.trusted, [h.trusted for h in hosts], bool)
+        self.io_ops = cat(self.io_ops, [h.io_ops for h in hosts], np.int32)
+        zone = [self.zones.code(h.availability_zone) for h in hosts]
+        self.zone = cat(self.zone, zone, np.int32)
+        arch = [self.arches.code(h.architecture) for h in hosts]
+        self.arch = cat(self.arch, arch, np.int32)
+        hyp = [self.hypervisors.code(h.hypervisor_type) for h in hosts]
+        self.hypervisor = cat(self.hypervisor, hyp, np.int32)
+        rack = [self.racks.code(h.rack or f"host:{h.name}") for h in hosts]
+        self.rack = cat(self.rack, rack, np.int32)
+
+        for host in hosts:
+            for trait in host.traits:
+                self.traits.code(trait)
+        words = max(1, -(-len(self.traits) // 64))
+        bits = np.zeros((n0 + n, words), dtype=np.uint64)
+        bits[:n0, : self.trait_bits.shape[1]] = self.trait_bits
+        for r, host in enumerate(hosts, start=n0):
+            for trait in host.traits:
+                code = self.traits.codes[trait]
+                bits[r, code // 64] |= np.uint64(1 << (code % 64))
+        self.trait_bits = bits
+
+        host_meta: list[dict[str, str]] = []
+        for i, host in enumerate(hosts):
+            merged: dict[str, set[str]] = {}
+            for agg in host.aggregates:
+                if agg not in aggregate_meta:
+                    raise FleetError(f"hosts[{i}].aggregates: unknown aggregate {agg!r}")
+                for key, value in aggregate_meta[agg].items():
+                    merged.setdefault(key, set()).update(v.strip() for v in value.split(","))
+            host_meta.append({k: ",".join(sorted(v)) for k, v in merged.items()})
+        _extend_keyed(self.aggregate_meta, host_meta, n0)
+        _extend_keyed(self.capabilities, [dict(h.capabilities) for h in hosts], n0)
+        self.aggregates_of.extend(tuple(h.aggregates) for h in hosts)
+
+        for r, host in enumerate(hosts, start=n0):
+            self.names.append(host.name)
+            self.index[host.name] = r
+
+    # ------------------------------------------------------------------ views
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def row(self, host: str) -> int:
+        try:
+            return self.index[host]
+        except KeyError:
+            raise ClaimError(f"unknown host {host!r}") from None
+
+    def demand(self, flavor: str) -> Demand:
+        try:
+            return self.demands[flavor]
+        except KeyError:
+            raise SpecError(f"unknown flavor {flavor!r}") from None
+
+    @property
+    def cell_used(self) -> I64:
+        return self.cell_cap - self.cell_free
+
+    @property
+    def host_used(self) -> I64:
+        return self.host_cap - self.host_free
+
+    def group_count(self, group: str) -> I64:
+        """Members of a server group per host (dense, shape (n,))."""
+        out = np.zeros(len(self.names), dtype=np.int64)
+        rows = self.group_rows.get(group)
+        if rows:
+            out[list(rows)] = list(rows.values())
+        return out
+
+    def instances_on(self, host: str) -> Iterator[Allocation]:
+        return (a for a in self.allocations.values() if a.host == host)
+
+    # ------------------------------------------------------------------ claims
+    def plan_for(self, flavor: str, row: int) -> tuple[I64, I64]:
+        """Berth's claim rule on one host: (cell_use, host_use) of one more instance."""
+        d = self.demand(flavor)
+        cell_use, host_use = place(d, self.cell_free[row : row + 1], self.host_free[row : row + 1])
+        return cell_use[0], host_use[0]
+
+    def claim(
+        self,
+        instance_id: str,
+        host: str,
+        flavor: str,
+        cell_use: I64 | None = None,
+        host_use: I64 | None = None,
+        *,
+        server_group: str | None = None,
+        project: str = "default",
+        migratable: bool = True,
+        expected_generation: int | None = None,
+    ) -> Allocation:
+        """Record an instance on a host; refused whole if anything would over-commit.
+
+        Without `cell_use`/`host_use` the claim rule decides the exact footprint.
+        """
+        if instance_id in self.allocations:
+            raise ClaimError(f"instance {instance_id!r} already has an allocation")
+        row = self.row(host)
+        if expected_generation is not None and int(self.generation[row]) != expected_generation:
+            raise StaleGenerationError(
+                f"host {host!r} is at generation {int(self.generation[row])}, "
+                f"not {expected_generation}"
+            )
+        if server_group is not None and server_group not in self.groups:
+            raise ClaimError(f"unknown server group {server_group!r}")
+        if cell_use is None or host_use is None:
+            d = self.demand(flavor)
+            if not fits(d, self.cell_free[row : row + 1], self.host_free[row : row + 1])[0]:
+                raise ClaimError(f"flavor {flavor!r} does not fit on host {host!r}")
+            cell_use, host_use = self.plan_for(flavor, row)
+        self._check_fits(host, row, cell_use, host_use)
+        self.cell_free[row] -= cell_use
+        self.host_free[row] -= host_use
+        self.n_instances[row] += 1
+        self.generation[row] += 1
+        if server_group is not None:
+            rows = self.group_rows.setdefault(server_group, {})
+            rows[row] = rows.get(row, 0) + 1
+        alloc = Allocation(
+            instance_id=instance_id,
+            host=host,
+            flavor=flavor,
+            cell_use=np.array(cell_use, dtype=np.int64),
+            host_use=np.array(host_use, dtype=np.int64),
+            server_group=server_group,
+            project=project,
+            migratable=migratable,
+        )
+        self.allocations[instance_id] = alloc
+        return alloc
+
+    def _check_fits(self, host: str, row: int, cell_use: I64, host_use: I64) -> None:
+        if (cell_use < 0).any() or (host_use < 0).any():
+            raise ClaimError(f"negative use on host {host!r}")
+        cell_after = self.cell_cap[row] - self.cell_free[row] + cell_use
+        over = np.argwhere(cell_after > self.cell_cap[row])
+        if over.size:
+            c, col = (int(x) for x in over[0])
+            raise ClaimError(
+                f"host {host!r} NUMA cell {c}: {cell_resource_name(col, self.device_types)} "
+                f"would be {int(cell_after[c, col])} of {int(self.cell_cap[row, c, col])}"
+            )
+        host_after = self.host_cap[row] - self.host_free[row] + host_use
+        over_h = np.flatnonzero(host_after > self.host_cap[row])
+        if over_h.size:
+            col = int(over_h[0])
+            raise ClaimError(
+                f"host {host!r}: {HOST_NAMES[col]} would be {int(host_after[col])} "
+                f"of {int(self.host_cap[row, col])}"
+            )
+
+    def release(self, instance_id: str) -> Allocation:
+        try:
+            alloc = self.allocations.pop(instance_id)
+        except KeyError:
+            raise ClaimError(f"unknown instance {instance_id!r}") from None
+        row = self.index[alloc.host]
+        self.cell_free[row] += alloc.cell_use
+        self.host_free[row] += alloc.host_use
+        self.n_instances[row] -= 1
+        self.generation[row] += 1
+        if alloc.server_group is not None:
+            rows = self.group_rows[alloc.server_group]
+            rows[row] -= 1
+            if rows[row] == 0:
+                del rows[row]
+            if not rows:
+                del self.group_rows[alloc.server_group]
+        return alloc
+
+    def unclaim(self, instance_id: str, generation: int) -> None:
+        """Undo a tentative claim exactly, restoring the host's generation (no trace left)."""
+        alloc = self.release(instance_id)
+        self.generation[self.index[alloc.host]] = generation
+
+    def claim_existing(self, inst: Instance) -> Allocation:
+        """Claim an instance from a snapshot, at its stated cells when the snapshot says."""
+        row = self.row(inst.host)
+        spec = self.flavors.get(inst.flavor)
+        if spec is None:
+            raise SpecError(f"unknown flavor {inst.flavor!r}")
+        cell_use = host_use = None
+        if inst.numa is not None:
+            cell_use, host_use = self._stated_use(inst, row)
+        return self.claim(
+            inst.id,
+            inst.host,
+            inst.flavor,
+            cell_use,
+            host_use,
+            server_group=inst.server_group,
+            project=inst.project,
+            migratable=inst.migratable,
+        )
+
+    def _stated_use(self, inst: Instance, row: int) -> tuple[I64, I64]:
+        d = self.demands[inst.flavor]
+        spec = d.spec
+        assert inst.numa is not None
+        if not spec.numa:
+            raise SpecError("numa placement given for a flavor without a NUMA topology")
+        if (
+            sum(p.vcpus for p in inst.numa) != spec.vcpus
+            or sum(p.memory_mb for p in inst.numa) != spec.memory_mb
+        ):
+            raise SpecError("numa placement must add up to the flavor's vcpus and memory")
+        cell_use = np.zeros((CELLS, self.width), dtype=np.int64)
+        for part in inst.numa:
+            cell_use[part.cell, d.cpu_column] += part.vcpus
+            cell_use[part.cell, d.mem_column] += part.memory_mb
+        auto, host_use = self.plan_for(inst.flavor, row)
+        cell_use[:, CELL_BASE:] = auto[:, CELL_BASE:]
+        return cell_use, host_use
+
+    # ------------------------------------------------------------------ state
+    def set_enabled(self, host: str, enabled: bool) -> None:
+        row = self.row(host)
+        self.enabled[row] = enabled
+        self.generation[row] += 1
+
+    def set_heartbeat(self, host: str, when: float) -> None:
+        """Record a heartbeat; older timestamps never overwrite newer ones."""
+        row = self.row(host)
+        if np.isnan(self.heartbeat[row]) or when > self.heartbeat[row]:
+            self.heartbeat[row] = when
+
+    def copy(self) -> HostTable:
+        """An independent snapshot: arrays copied, immutable records shared."""
+        new = HostTable.__new__(HostTable)
+        for key, value in self.__dict__.items():
+            if isinstance(value, np.ndarray):
+                setattr(new, key, value.copy())
+            elif key == "group_rows":
+                new.group_rows = {g: dict(rows) for g, rows in value.items()}
+            elif key in ("aggregate_meta", "capabilities"):
+                setattr(new, key, {k: kv.copy() for k, kv in value.items()})
+            elif isinstance(value, Vocabulary):
+                setattr(new, key, Vocabulary(value.words))
+            elif isinstance(value, dict | list):
+                setattr(new, key, type(value)(value))
+            else:
+                setattr(new, key, value)
+        return new
+
+    def nbytes(self) -> int:
+        """Bytes held in columns (the per-host memory figure of the benchmarks)."""
+        total = sum(v.nbytes for v in self.__dict__.values() if isinstance(v, np.ndarray))
+        total += sum(k.codes.nbytes for k in self.aggregate_meta.values())
+        total += sum(k.codes.nbytes for k in self.capabilities.values())
+        return int(total)
+
+
+def _extend_keyed(store: dict[str, KeyedValues], rows: list[dict[str, str]], n0: int) -> None:
+    n = len(rows)
+    for values in store.values():
+        values.codes = np.concatenate([values.codes, np.full(n, -1, dtype=np.int32)])
+    for r, mapping in enumerate(rows, start=n0):
+        for key, value in mapping.items():
+            kv = store.get(key)
+            if kv is None:
+                kv = store[key] = KeyedValues(np.full(n0 + n, -1, dtype=np.int32))
+            kv.codes[r] = kv.values.code(value)

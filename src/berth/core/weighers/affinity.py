@@ -1,0 +1,34 @@
+"""Soft server-group affinity and anti-affinity (Nova's ServerGroupSoft*Weigher).
+
+Both return larger values for hosts the policy prefers, so both take positive weights.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from berth.core.filters.base import Context
+from berth.core.model import GroupPolicy
+from berth.core.weighers.base import F64, I64, HostWeigher
+
+
+def _members(ctx: Context, rows: I64, policy: GroupPolicy) -> F64:
+    gid = ctx.request.server_group
+    group = ctx.table.groups.get(gid) if gid is not None else None
+    if group is None or group.policy != policy:
+        return np.zeros(rows.size, dtype=np.float64)
+    return ctx.table.group_count(group.id)[rows].astype(np.float64)
+
+
+class SoftAffinityWeigher(HostWeigher):
+    name = "soft_affinity"
+
+    def raw(self, ctx: Context, rows: I64) -> F64:
+        return _members(ctx, rows, GroupPolicy.SOFT_AFFINITY)
+
+
+class SoftAntiAffinityWeigher(HostWeigher):
+    name = "soft_anti_affinity"
+
+    def raw(self, ctx: Context, rows: I64) -> F64:
+        return -_members(ctx, rows, GroupPolicy.SOFT_ANTI_AFFINITY)

@@ -1,0 +1,41 @@
+"""The host weigher interface.
+
+A weigher returns one raw value per candidate host; higher means "more of what this weigher
+measures". The engine scales each weigher's values to [0, 1] over the candidates and multiplies
+by the configured weight, so a positive weight prefers high values (spread, for free RAM) and a
+negative weight prefers low ones (pack).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel
+
+from berth.core.filters.base import Context, NoParams
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+
+
+class HostWeigher(ABC):
+    name: ClassVar[str]
+    Params: ClassVar[type[BaseModel]] = NoParams
+
+    def __init__(self, params: BaseModel | None = None) -> None:
+        self.params = params if params is not None else self.Params()
+
+    @abstractmethod
+    def raw(self, ctx: Context, rows: I64) -> F64:
+        """Raw values for the candidate `rows` (same order)."""
+
+
+def normalise(values: F64) -> F64:
+    """Min-max scale to [0, 1]; all-equal values scale to 0 (they cannot change the order)."""
+    lo, hi = values.min(), values.max()
+    if hi <= lo:
+        return np.zeros_like(values)
+    return (values - lo) / (hi - lo)

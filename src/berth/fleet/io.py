@@ -1,0 +1,70 @@
+"""Reading and writing fleet snapshot files (YAML or JSON), with errors that name the field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from berth.core.errors import BerthError
+from berth.core.model import Fleet
+
+
+class FleetFileError(BerthError):
+    """A fleet file cannot be read or is invalid; the message names the file and the field."""
+
+
+def _location(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def describe_validation_error(exc: ValidationError, limit: int = 3) -> str:
+    lines = []
+    for err in exc.errors()[:limit]:
+        loc = _location(tuple(err["loc"]))
+        msg = err["msg"].removeprefix("Value error, ")
+        lines.append(f"{loc}: {msg}")
+    more = len(exc.errors()) - limit
+    if more > 0:
+        lines.append(f"... and {more} more")
+    return "; ".join(lines)
+
+
+def parse_fleet(data: Any, source: str = "fleet") -> Fleet:
+    try:
+        return Fleet.model_validate(data)
+    except ValidationError as exc:
+        raise FleetFileError(f"{source}: {describe_validation_error(exc)}") from None
+
+
+def load_fleet(path: str | Path) -> Fleet:
+    """Load and validate a snapshot; `.json` files as JSON, anything else as YAML."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise FleetFileError(f"{p}: cannot read ({exc.strerror})") from None
+    try:
+        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise FleetFileError(
+            f"{p}: not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {exc}"
+        ) from None
+    if not isinstance(data, dict):
+        raise FleetFileError(f"{p}: expected a mapping with hosts, flavors and instances")
+    return parse_fleet(data, str(p))
+
+
+def dump_fleet(fleet: Fleet, path: str | Path) -> None:
+    data = fleet.model_dump(mode="json", exclude_defaults=True)
+    p = Path(path)
+    if p.suffix == ".json":
+        p.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    else:
+        p.write_text(yaml.safe_dump(data, sort_keys=False, width=100), encoding="utf-8")
