@@ -8,7 +8,7 @@ and bumps that row's generation; a claim that would over-commit any column is re
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +19,7 @@ from berth.core.demand import Demand, build_demand
 from berth.core.errors import ClaimError, FleetError, SpecError, StaleGenerationError
 from berth.core.flavors import FlavorSpec, SpecMatch, parse_flavor
 from berth.core.model import Fleet, Host, Instance, ServerGroup
-from berth.core.numa import fits, place
+from berth.core.numa import count, fits, place, resource_major, take
 from berth.core.resources import (
     C_HUGE,
     C_MEM,
@@ -38,6 +38,9 @@ from berth.core.resources import (
 
 I64 = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
+RowFunction = Callable[[I64, I64], npt.NDArray[Any]]
+
+DERIVED_CACHE = 128
 
 
 class Vocabulary:
@@ -135,6 +138,11 @@ class HostTable:
         self.groups: dict[str, ServerGroup] = {}
         self.group_rows: dict[str, dict[int, int]] = {}
         self.allocations: dict[str, Allocation] = {}
+        self.version = 0
+        """Bumped by every change; never goes back, unlike generations after an undo."""
+        self.touched = np.zeros(0, dtype=np.int64)
+        """Per host, the `version` of its last change (what derived caches compare against)."""
+        self._derived: dict[Hashable, tuple[int, npt.NDArray[Any]]] = {}
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -212,14 +220,17 @@ class HostTable:
         def cat(old: Any, new: Any, dtype: Any) -> Any:
             return np.concatenate([old, np.asarray(new, dtype=dtype)])
 
-        self.cell_cap = np.concatenate([self.cell_cap, cell_cap])
-        self.cell_free = np.concatenate([self.cell_free, cell_cap])
-        self.host_cap = np.concatenate([self.host_cap, host_cap])
-        self.host_free = np.concatenate([self.host_free, host_cap])
+        self.cell_cap = resource_major(np.concatenate([self.cell_cap, cell_cap]))
+        self.cell_free = resource_major(np.concatenate([self.cell_free, cell_cap]))
+        self.host_cap = resource_major(np.concatenate([self.host_cap, host_cap]))
+        self.host_free = resource_major(np.concatenate([self.host_free, host_cap]))
         self.n_cells = cat(self.n_cells, [len(h.numa_cells) for h in hosts], np.int8)
         self.page_kb = cat(self.page_kb, [h.hugepage_size_kb for h in hosts], np.int32)
         self.n_instances = cat(self.n_instances, np.zeros(n), np.int32)
         self.generation = cat(self.generation, np.zeros(n), np.int64)
+        self.version += 1
+        self.touched = cat(self.touched, np.full(n, self.version), np.int64)
+        self._derived = {}
         self.enabled = cat(self.enabled, [h.enabled for h in hosts], bool)
         beats = [np.nan if h.last_heartbeat is None else h.last_heartbeat for h in hosts]
         self.heartbeat = cat(self.heartbeat, beats, np.float64)
@@ -298,6 +309,38 @@ class HostTable:
     def instances_on(self, host: str) -> Iterator[Allocation]:
         return (a for a in self.allocations.values() if a.host == host)
 
+    def derived(self, key: Hashable, compute: RowFunction) -> npt.NDArray[Any]:
+        """A per-host value derived from the free columns, cached and kept exact incrementally.
+
+        `compute(cell_free, host_free)` must depend only on the rows it is given (and on static
+        table data such as flavors). The first call computes every host; later calls recompute
+        only hosts changed since (by `touched`). At most `DERIVED_CACHE` keys are kept (LRU).
+        The returned array is shared: read it, never write to it.
+        """
+        cached = self._derived.pop(key, None)
+        if cached is None:
+            values = compute(self.cell_free, self.host_free)
+        else:
+            seen, values = cached
+            if seen != self.version:
+                rows = np.flatnonzero(self.touched > seen)
+                if rows.size:
+                    values = values.copy()
+                    values[rows] = compute(take(self.cell_free, rows), take(self.host_free, rows))
+        self._derived[key] = (self.version, values)
+        while len(self._derived) > DERIVED_CACHE:
+            self._derived.pop(next(iter(self._derived)))
+        return values
+
+    def resource_counts(self, flavor: str) -> I64:
+        """`numa.count` of `flavor` on every host (cached, see `derived`)."""
+        d = self.demand(flavor)
+        return self.derived(("count", flavor), lambda cf, hf: count(d, cf, hf))
+
+    def _touch(self, row: int) -> None:
+        self.version += 1
+        self.touched[row] = self.version
+
     # ------------------------------------------------------------------ claims
     def plan_for(self, flavor: str, row: int) -> tuple[I64, I64]:
         """Berth's claim rule on one host: (cell_use, host_use) of one more instance."""
@@ -342,6 +385,7 @@ class HostTable:
         self.host_free[row] -= host_use
         self.n_instances[row] += 1
         self.generation[row] += 1
+        self._touch(row)
         if server_group is not None:
             rows = self.group_rows.setdefault(server_group, {})
             rows[row] = rows.get(row, 0) + 1
@@ -388,6 +432,7 @@ class HostTable:
         self.host_free[row] += alloc.host_use
         self.n_instances[row] -= 1
         self.generation[row] += 1
+        self._touch(row)
         if alloc.server_group is not None:
             rows = self.group_rows[alloc.server_group]
             rows[row] -= 1
@@ -446,6 +491,7 @@ class HostTable:
         row = self.row(host)
         self.enabled[row] = enabled
         self.generation[row] += 1
+        self._touch(row)
 
     def set_heartbeat(self, host: str, when: float) -> None:
         """Record a heartbeat; older timestamps never overwrite newer ones."""
@@ -458,7 +504,9 @@ class HostTable:
         new = HostTable.__new__(HostTable)
         for key, value in self.__dict__.items():
             if isinstance(value, np.ndarray):
-                setattr(new, key, value.copy())
+                setattr(new, key, value.copy(order="K"))  # keep the resource-major layout
+            elif key == "_derived":
+                new._derived = dict(value)  # cached arrays are never written in place
             elif key == "group_rows":
                 new.group_rows = {g: dict(rows) for g, rows in value.items()}
             elif key in ("aggregate_meta", "capabilities"):

@@ -51,15 +51,26 @@ class FragmentationWeigher(HostWeigher):
         return [s.name for s in specs[: self.params.largest]]
 
     def raw(self, ctx: Context, rows: I64) -> F64:
-        cell_free = ctx.cell_free[rows]
-        host_free = ctx.host_free[rows]
-        cell_use, host_use = numa.place(ctx.demand, cell_free, host_free)
-        cell_after = cell_free - cell_use
-        host_after = host_free - host_use
-        cost = np.zeros(rows.size, dtype=np.float64)
-        for name in self.references(ctx):
-            d = ctx.table.demands[name]
-            before = numa.count(d, cell_free, host_free)
-            after = numa.count(d, cell_after, host_after)
-            cost += d.spec.vcpus * (before - after)
-        return -cost
+        references = tuple(self.references(ctx))
+        demand, table = ctx.demand, ctx.table
+        refs = [table.demands[name] for name in references]
+
+        def cost(cell_free: I64, host_free: I64) -> F64:
+            out = np.zeros(cell_free.shape[0], dtype=np.float64)
+            before = [numa.count(d, cell_free, host_free) for d in refs]
+            room = np.zeros(cell_free.shape[0], dtype=bool)
+            for counts in before:
+                room |= counts > 0
+            sub = np.flatnonzero(room)  # a host with no room for any reference loses nothing
+            if sub.size == 0:
+                return out
+            cf, hf = numa.take(cell_free, sub), numa.take(host_free, sub)
+            cell_use, host_use = numa.place(demand, cf, hf)
+            cell_after, host_after = cf - cell_use, hf - host_use
+            for d, counts in zip(refs, before, strict=True):
+                out[sub] += d.spec.vcpus * (counts[sub] - numa.count(d, cell_after, host_after))
+            return out
+
+        # the cost depends only on each host's free columns: cache it per flavor (see derived)
+        costs = table.derived(("fragmentation", demand.spec.name, references), cost)
+        return -costs[rows]
