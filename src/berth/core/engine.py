@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from berth.core import numa
 from berth.core.config import SchedulerConfig, check_names, parse_params
 from berth.core.errors import ClaimError, SpecError, StaleGenerationError
 from berth.core.explain import NoValidHost, diagnose
@@ -195,7 +194,7 @@ class FilterScheduler:
         """
         demand = table.demand(flavor)
         ctx = Context(table, RequestSpec(flavor=flavor), demand, now)
-        counts = numa.count(demand, table.cell_free, table.host_free)
+        counts = table.resource_counts(flavor)
         eligible = self._eligible(ctx)
         for flt in self.filters:
             if isinstance(flt, NumInstancesFilter):

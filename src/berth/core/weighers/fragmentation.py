@@ -1,6 +1,6 @@
 """Berth's fragmentation-aware weigher: keep room for the large flavors.
 
-Measure (docs/weighers.md): for each reference flavor f (the large flavors operators care
+Measure (docs/scheduling.md): for each reference flavor f (the large flavors operators care
 about), let cap_f(h) be how many instances of f fit on host h now (NUMA-exact, `numa.count`) and
 cap'_f(h) the same after this instance is placed on h by the claim rule. The cost of h is the
 large-flavor capacity the placement destroys, in vCPUs:
