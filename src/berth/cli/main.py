@@ -326,5 +326,9 @@ def demo(
     )
 
 
+# ---------------------------------------------------------------------------- subcommands
+# Command groups that live in their own modules register themselves here, one line each.
+
+
 def main() -> None:  # pragma: no cover - console entry
     app()
