@@ -26,7 +26,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 unit: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest -q
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_core.py
