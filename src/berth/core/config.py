@@ -69,6 +69,10 @@ PROFILES: dict[str, list[WeigherConfig]] = {
     ],
     "spread": [WeigherConfig(name="ram", weight=1.0), WeigherConfig(name="vcpu", weight=1.0)],
     "pack": [WeigherConfig(name="ram", weight=-1.0), WeigherConfig(name="vcpu", weight=-1.0)],
+    # The classic bin-packing policies (weighers/fit.py), for comparisons in the simulator.
+    "first_fit": [WeigherConfig(name="first_fit", weight=1.0)],
+    "best_fit": [WeigherConfig(name="leftover", weight=-1.0)],
+    "worst_fit": [WeigherConfig(name="leftover", weight=1.0)],
 }
 
 

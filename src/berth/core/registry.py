@@ -34,6 +34,7 @@ from berth.core.filters.trusted import TrustedFilter
 from berth.core.filters.vcpu import VcpuFilter
 from berth.core.weighers.affinity import SoftAffinityWeigher, SoftAntiAffinityWeigher
 from berth.core.weighers.base import HostWeigher
+from berth.core.weighers.fit import FirstFitWeigher, LeftoverWeigher
 from berth.core.weighers.fragmentation import FragmentationWeigher
 from berth.core.weighers.load import IoOpsWeigher, NumInstancesWeigher
 from berth.core.weighers.resources import DiskWeigher, RamWeigher, VcpuWeigher
@@ -90,6 +91,8 @@ for _w in (
     FragmentationWeigher,
 ):
     register_weigher(_w)
+register_weigher(FirstFitWeigher)
+register_weigher(LeftoverWeigher)
 
 
 def _by_path(path: str, base: type) -> type:

@@ -1,0 +1,60 @@
+"""Classic bin-packing policies as weighers: first-fit, and best/worst fit by leftover.
+
+These exist so that Berth's own policy can be compared with the textbook ones on the same engine
+(the simulator's `first_fit`, `best_fit` and `worst_fit` profiles):
+
+* `first_fit`: raw value = minus the host's row (its position in the fleet file). With a
+  positive weight the lowest-numbered host that passes the filters wins: first fit.
+* `leftover`: raw value = the share of the host's capacity left free after placing the
+  instance, summed over the resources the flavor consumes (CPU: shared vCPUs or pinned CPUs;
+  memory: small pages or huge pages)::
+
+      leftover(h) = sum_r (free_r(h) - need_r) / cap_r(h)
+
+  A negative weight prefers the host left fullest (best fit); a positive weight the host left
+  emptiest (worst fit). Shares make hosts of different sizes comparable.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from berth.core.filters.base import Context
+from berth.core.resources import C_HUGE, C_PCPU, H_MEM, H_VCPU
+from berth.core.weighers.base import F64, I64, HostWeigher
+
+
+class FirstFitWeigher(HostWeigher):
+    """Fleet order: the first host (lowest row) that fits wins with a positive weight."""
+
+    name = "first_fit"
+
+    def raw(self, ctx: Context, rows: I64) -> F64:
+        return -rows.astype(np.float64)
+
+
+class LeftoverWeigher(HostWeigher):
+    """Free share left after placing, summed over CPU and memory: -1 best fit, +1 worst fit."""
+
+    name = "leftover"
+
+    def raw(self, ctx: Context, rows: I64) -> F64:
+        d = ctx.demand
+        spec = d.spec
+        table = ctx.table
+        out = np.zeros(rows.size, dtype=np.float64)
+        if spec.dedicated_cpus:
+            free = ctx.cell_free[rows, :, C_PCPU].sum(axis=1)
+            cap = table.cell_cap[rows, :, C_PCPU].sum(axis=1)
+        else:
+            free = ctx.host_free[rows, H_VCPU]
+            cap = table.host_cap[rows, H_VCPU]
+        out += (free - spec.vcpus) / np.maximum(cap, 1)
+        if spec.hugepages:
+            free = ctx.cell_free[rows, :, C_HUGE].sum(axis=1)
+            cap = table.cell_cap[rows, :, C_HUGE].sum(axis=1)
+        else:
+            free = ctx.host_free[rows, H_MEM]
+            cap = table.host_cap[rows, H_MEM]
+        out += (free - spec.memory_mb) / np.maximum(cap, 1)
+        return out
