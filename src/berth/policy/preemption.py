@@ -1,0 +1,554 @@
+"""Preemption: the eviction set that lets a request fit with the least damage (B7).
+
+`plan_preemption` never changes the table it is given. It answers "which preemptible instances,
+released in this order, make this request fit, and where does it then go":
+
+1. If the request fits as it is, the plan has no evictions (hosts that need no eviction win).
+2. Otherwise, for one instance, every host that passes the request's non-resource filters and
+   would fit the instance if all its preemptible instances were gone is a candidate. On each
+   candidate the victims are chosen by the measure, compared lexicographically:
+
+   * fewest victims;
+   * then least capacity left idle after placing: over the resources the request consumes (CPU
+     and memory columns, per cell summed, host disk and PCI), the host's free amount after the
+     evictions and the placement, as a fraction of the host's capacity, summed. It prefers the
+     host where the freed room is used, not stranded;
+   * then the youngest victims: least total run time lost, sum of (now - created_at);
+   * then table row order and victim order (deterministic).
+
+   Search: **exact** on hosts with at most `exact_limit` preemptible instances (every subset,
+   in increasing size, vectorised: subsets become rows of one `numa.count` call, so the core's
+   NUMA-exact capacity model decides fit); a **bounded heuristic** on hosts with more: greedy by
+   coverage of the deficit (largest first) until it fits, then prune redundant victims, then
+   improve by 1-for-1 and 2-for-1 exchanges while the measure improves (at most `rounds` passes).
+   A lower bound on the victims each host needs (per resource, the largest victims first) skips
+   hosts that cannot beat the best so far.
+3. The best candidate is verified with the real scheduler: the victims are released on a copy
+   of the table and `select_destinations` runs restricted to that host. Filters the resource
+   model does not see (server groups, instances per host, user plugins) are thus checked too; a
+   candidate that fails is dropped and the next is tried (at most `max_verifications`).
+4. A request for N instances is planned instance by instance on a working copy: each instance
+   goes where it fits without eviction if it can, else where the least-damage eviction lets it.
+   This greedy step is exact per instance, not jointly over the N (documented in docs/policy.md).
+
+The returned `PreemptionPlan.decision` is valid on the table AFTER releasing `evictions` in
+order (its generations are those hosts' generations then), so a caller does
+``for i in plan.evictions: table.release(i)`` then ``engine.commit(table, plan.decision)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from itertools import combinations
+
+import numpy as np
+import numpy.typing as npt
+
+from berth.core import numa
+from berth.core.demand import Demand
+from berth.core.engine import Decision, FilterScheduler, Selection, commit
+from berth.core.explain import NoValidHost
+from berth.core.filters.base import Context, HostFilter
+from berth.core.filters.disk import DiskFilter
+from berth.core.filters.num_instances import NumInstancesFilter
+from berth.core.filters.numa_topology import NumaTopologyFilter, page_size_ok
+from berth.core.filters.pci_passthrough import PciPassthroughFilter
+from berth.core.filters.ram import RamFilter
+from berth.core.filters.vcpu import VcpuFilter
+from berth.core.request import RequestSpec
+from berth.core.resources import CELL_BASE, CELLS, HOST_RESOURCES
+from berth.core.table import Allocation, HostTable
+from berth.policy.restrict import only_hosts
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+
+EXACT_LIMIT = 10
+"""Hosts with at most this many preemptible instances are searched exactly (2^10 subsets)."""
+
+_RELAXABLE: tuple[type[HostFilter], ...] = (
+    RamFilter,
+    VcpuFilter,
+    DiskFilter,
+    PciPassthroughFilter,
+    NumaTopologyFilter,
+    NumInstancesFilter,
+)
+"""Filters whose verdict evictions can change: judged by the resource model, then verified."""
+
+_CHUNK = 400_000  # values per vectorised batch of subsets (bounds memory)
+_PER_HOST = 2  # fitting subsets kept per host and subset size for verification
+
+
+@dataclass(frozen=True)
+class Victim:
+    instance_id: str
+    host: str
+    flavor: str
+    created_at: float | None
+
+
+@dataclass(frozen=True)
+class PreemptionPlan:
+    """Evictions to carry out, in order, and the decision valid once they are done."""
+
+    evictions: tuple[str, ...]
+    decision: Decision
+    host: str
+    """The host the evictions free (the first one for a multi-instance request); with no
+    evictions, the first selected host."""
+    hosts: tuple[str, ...] = ()
+    """Every host on which instances are evicted, in eviction order."""
+    victims: tuple[Victim, ...] = ()
+    idle: float = 0.0
+    """Sum over the request's instances placed after evictions of the idle-capacity measure."""
+    lost_seconds: float = 0.0
+    """Total run time of the victims at `now` (0 when creation times are unknown)."""
+    search: str = "none"
+    """'none' (no eviction needed), 'exact', 'heuristic', or 'exact+heuristic'."""
+    evictions_by_host: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Choice:
+    victims: tuple[Allocation, ...]
+    decision: Decision
+    idle: float
+    lost: float
+    search: str
+
+
+AgeOf = Callable[[Allocation], float]
+
+
+def plan_preemption(
+    scheduler: FilterScheduler,
+    table: HostTable,
+    request: RequestSpec,
+    now: float,
+    preemptible: Callable[[Allocation], bool],
+    created_at: Callable[[Allocation], float] | None = None,
+    *,
+    exact_limit: int = EXACT_LIMIT,
+    candidates: Mapping[str, Collection[str]] | None = None,
+    max_verifications: int = 16,
+    rounds: int = 4,
+) -> PreemptionPlan | None:
+    """The least-damage plan that makes `request` fit, or None when no eviction set does.
+
+    `preemptible(alloc)` says which instances may be evicted; `created_at(alloc)` gives their
+    creation time (ages break ties). `candidates` (host -> instance ids), when the caller keeps
+    such an index, saves a scan of every allocation; `preemptible` is still asked of each.
+    The table is not changed. Bad requests raise the core's `SpecError` as
+    `select_destinations` does.
+    """
+    try:
+        decision = scheduler.select_destinations(table, request, now)
+    except NoValidHost:
+        pass
+    else:
+        return PreemptionPlan(evictions=(), decision=decision, host=decision.hosts[0])
+
+    ids = request.ids()
+    protected = set(ids) | set(request.same_host)
+    by_host = _victims_by_host(table, preemptible, candidates, protected)
+    if not by_host:
+        return None
+
+    def lost(alloc: Allocation) -> float:
+        return 0.0 if created_at is None else max(0.0, now - created_at(alloc))
+
+    search = _Search(scheduler, now, lost, exact_limit, max_verifications, rounds)
+    if request.num_instances == 1:
+        choice = search.one(table, request, by_host)
+        if choice is None:
+            return None
+        return _plan(table, request, [choice], choice.decision.selections, created_at)
+
+    # several instances: one at a time on a working copy, evicting only when needed
+    work = table.copy()
+    choices: list[_Choice] = []
+    selections: list[Selection] = []
+    for i, iid in enumerate(ids):
+        sub = request.model_copy(
+            update={"num_instances": 1, "instance_ids": (iid,), "seed": request.seed * 7919 + i}
+        )
+        try:
+            step = scheduler.select_destinations(work, sub, now)
+        except NoValidHost:
+            choice = search.one(work, sub, by_host)
+            if choice is None:
+                return None
+            for victim in choice.victims:
+                work.release(victim.instance_id)
+                by_host[victim.host] = [a for a in by_host[victim.host] if a is not victim]
+            choices.append(choice)
+            step = choice.decision
+        commit(work, step)
+        selections.extend(step.selections)
+    return _plan(table, request, choices, tuple(selections), created_at)
+
+
+def _victims_by_host(
+    table: HostTable,
+    preemptible: Callable[[Allocation], bool],
+    candidates: Mapping[str, Collection[str]] | None,
+    protected: set[str],
+) -> dict[str, list[Allocation]]:
+    out: dict[str, list[Allocation]] = {}
+    if candidates is None:
+        allocs: Iterable[Allocation] = table.allocations.values()
+    else:
+        allocs = (
+            a
+            for host_ids in candidates.values()
+            for iid in host_ids
+            if (a := table.allocations.get(iid)) is not None
+        )
+    for alloc in allocs:
+        if alloc.instance_id not in protected and preemptible(alloc):
+            out.setdefault(alloc.host, []).append(alloc)
+    for victims in out.values():
+        victims.sort(key=lambda a: a.instance_id)
+    return out
+
+
+def _plan(
+    table: HostTable,
+    request: RequestSpec,
+    choices: Sequence[_Choice],
+    selections: tuple[Selection, ...],
+    created_at: Callable[[Allocation], float] | None,
+) -> PreemptionPlan:
+    """Assemble the plan; the decision's generations are read after the releases."""
+    victims = [v for c in choices for v in c.victims]
+    after = table.copy()
+    for v in victims:
+        after.release(v.instance_id)
+    generations: dict[str, int] = {}
+    for sel in selections:
+        generations.setdefault(sel.host, int(after.generation[after.row(sel.host)]))
+    decision = Decision(request, selections, generations)
+    by_host: dict[str, list[str]] = {}
+    for v in victims:
+        by_host.setdefault(v.host, []).append(v.instance_id)
+    kinds = sorted({c.search for c in choices})
+    return PreemptionPlan(
+        evictions=tuple(v.instance_id for v in victims),
+        decision=decision,
+        host=victims[0].host if victims else selections[0].host,
+        hosts=tuple(by_host),
+        victims=tuple(
+            Victim(
+                v.instance_id,
+                v.host,
+                v.flavor,
+                None if created_at is None else created_at(v),
+            )
+            for v in victims
+        ),
+        idle=float(sum(c.idle for c in choices)),
+        lost_seconds=float(sum(c.lost for c in choices)),
+        search="+".join(kinds) if kinds else "none",
+        evictions_by_host={h: tuple(ids) for h, ids in by_host.items()},
+    )
+
+
+@cache
+def _subsets(m: int, k: int) -> F64:
+    """All k-subsets of range(m) as rows of a 0/1 matrix (C(m, k), m), lexicographic."""
+    rows = np.zeros((0, m), dtype=np.float64)
+    combos = list(combinations(range(m), k))
+    if combos:
+        rows = np.zeros((len(combos), m), dtype=np.float64)
+        for i, combo in enumerate(combos):
+            rows[i, list(combo)] = 1.0
+    return rows
+
+
+@dataclass
+class _Host:
+    """One candidate host, its victims and their contributions as flat resource vectors."""
+
+    row: int
+    name: str
+    victims: list[Allocation]
+    use: F64  # (m, X): what each victim frees, cells then host columns, flattened
+    idle_w: F64  # (m,): each victim's contribution to the idle measure
+    lost: F64  # (m,)
+    base: F64  # (X,): free now
+    base_idle: float  # the idle measure if the request were placed with no eviction
+    lower_bound: int  # victims needed at least
+
+
+class _Search:
+    def __init__(
+        self,
+        scheduler: FilterScheduler,
+        now: float,
+        lost: AgeOf,
+        exact_limit: int,
+        max_verifications: int,
+        rounds: int,
+    ) -> None:
+        self.scheduler = scheduler
+        self.now = now
+        self.lost = lost
+        self.exact_limit = exact_limit
+        self.max_verifications = max_verifications
+        self.rounds = rounds
+
+    # ------------------------------------------------------------------ one instance
+    def one(
+        self, table: HostTable, request: RequestSpec, by_host: Mapping[str, list[Allocation]]
+    ) -> _Choice | None:
+        d = table.demand(request.flavor)
+        hosts = self._candidates(table, request, d, by_host)
+        if not hosts:
+            return None
+        exact = [h for h in hosts if len(h.victims) <= self.exact_limit]
+        heuristic = [h for h in hosts if len(h.victims) > self.exact_limit]
+        # (k, idle, lost, row, subset index order) -> candidate
+        found: dict[int, list[tuple[float, float, int, int, tuple[int, ...], str]]] = {}
+        for h in heuristic:
+            best = self._heuristic(d, h)
+            if best is not None:
+                subset, idle, lost = best
+                found.setdefault(len(subset), []).append(
+                    (idle, lost, h.row, 0, subset, "heuristic")
+                )
+        by_row = {h.row: h for h in hosts}
+        top = max([len(h.victims) for h in exact] + list(found), default=0)
+        verifications = 0
+        for k in range(1, top + 1):
+            cands = found.get(k, []) + self._exact_at(
+                d, [h for h in exact if h.lower_bound <= k], k
+            )
+            cands.sort(key=lambda c: (round(c[0], 9), round(c[1], 6), c[2], c[3]))
+            for idle, lost, row, _, subset, kind in cands:
+                if verifications >= self.max_verifications:
+                    return None
+                verifications += 1
+                host = by_row[row]
+                victims = tuple(host.victims[j] for j in subset)
+                decision = self._verify(table, request, host.row, victims)
+                if decision is not None:
+                    return _Choice(victims, decision, idle, lost, kind)
+        return None
+
+    def _candidates(
+        self,
+        table: HostTable,
+        request: RequestSpec,
+        d: Demand,
+        by_host: Mapping[str, list[Allocation]],
+    ) -> list[_Host]:
+        """Hosts that pass the non-resource filters and fit once all their victims are gone."""
+        ctx = Context(table, request, d, self.now)
+        screen = np.ones(len(table), dtype=bool)
+        for flt in self.scheduler.filters:
+            if not isinstance(flt, _RELAXABLE):
+                screen &= flt.mask(ctx)
+        if any(isinstance(f, NumaTopologyFilter) for f in self.scheduler.filters):
+            screen &= page_size_ok(ctx)
+        names = [h for h, vs in by_host.items() if vs and h in table.index]
+        rows = np.array([table.index[h] for h in names], dtype=np.int64)
+        if rows.size == 0:
+            return []
+        keep = screen[rows]
+        names = [n for n, k in zip(names, keep, strict=True) if k]
+        rows = rows[keep]
+        if rows.size == 0:
+            return []
+        width = table.width
+        cf = numa.take(table.cell_free, rows).reshape(rows.size, -1).astype(np.float64)
+        hf = numa.take(table.host_free, rows).astype(np.float64)
+        base = np.concatenate([cf, hf], axis=1)  # (H, X)
+        uses = []
+        for name in names:
+            uses.append(
+                np.array(
+                    [
+                        np.concatenate([a.cell_use.reshape(-1), a.host_use]).astype(np.float64)
+                        for a in by_host[name]
+                    ]
+                )
+            )
+        freed = np.array([u.sum(axis=0) for u in uses])
+        fits_all = self._fits(d, base + freed, width)
+        weights, need_idle = _idle_weights(table, d, rows)
+        need = _need(d, width)
+        out: list[_Host] = []
+        for i in np.flatnonzero(fits_all):
+            name = names[i]
+            victims = by_host[name]
+            use = uses[i]
+            lost = np.array([self.lost(a) for a in victims], dtype=np.float64)
+            out.append(
+                _Host(
+                    row=int(rows[i]),
+                    name=name,
+                    victims=victims,
+                    use=use,
+                    idle_w=use @ weights[i],
+                    lost=lost,
+                    base=base[i],
+                    base_idle=float(base[i] @ weights[i] - need_idle[i]),
+                    lower_bound=_lower_bound(base[i], use, need, width),
+                )
+            )
+        return out
+
+    @staticmethod
+    def _fits(d: Demand, states: F64, width: int) -> npt.NDArray[np.bool_]:
+        """Rows of flat (cells, host) free vectors where one more instance fits."""
+        n = states.shape[0]
+        cells = np.rint(states[:, : CELLS * width]).astype(np.int64).reshape(n, CELLS, width)
+        host = np.rint(states[:, CELLS * width :]).astype(np.int64)
+        return numa.count(d, cells, host, limit=1) >= 1
+
+    def _exact_at(
+        self, d: Demand, hosts: list[_Host], k: int
+    ) -> list[tuple[float, float, int, int, tuple[int, ...], str]]:
+        """The best fitting k-subsets (at most `_PER_HOST` per host), with their measure."""
+        out: list[tuple[float, float, int, int, tuple[int, ...], str]] = []
+        for h in hosts:
+            m = len(h.victims)
+            if k > m:
+                continue
+            subsets = _subsets(m, k)
+            step = max(1, _CHUNK // h.base.size)
+            for start in range(0, subsets.shape[0], step):
+                chunk = subsets[start : start + step]
+                states = h.base[None, :] + chunk @ h.use
+                ok = np.flatnonzero(self._fits(d, states, _width_of(h)))
+                if ok.size == 0:
+                    continue
+                idle = np.round(h.base_idle + chunk[ok] @ h.idle_w, 9)
+                lost = np.round(chunk[ok] @ h.lost, 6)
+                for j in np.lexsort((ok, lost, idle))[:_PER_HOST]:
+                    i = int(ok[j])
+                    subset = tuple(int(x) for x in np.flatnonzero(chunk[i]))
+                    out.append((float(idle[j]), float(lost[j]), h.row, start + i, subset, "exact"))
+        return out
+
+    def _heuristic(self, d: Demand, h: _Host) -> tuple[tuple[int, ...], float, float] | None:
+        """Greedy by deficit coverage, prune, then improve by exchanges (bounded)."""
+        width = _width_of(h)
+        m = len(h.victims)
+        need = _need(d, width)
+        deficit = np.maximum(need - h.base, 0.0)
+        cover = (np.minimum(h.use, deficit) / np.maximum(deficit, 1.0)).sum(axis=1)
+        order = sorted(range(m), key=lambda j: (-cover[j], h.idle_w[j], h.lost[j], j))
+        prefix = np.cumsum(h.use[order], axis=0) + h.base
+        ok = np.flatnonzero(self._fits(d, prefix, width))
+        if ok.size == 0:
+            return None
+        chosen = set(order[: int(ok[0]) + 1])
+
+        def key(s: Iterable[int]) -> tuple[int, float, float]:
+            idx = list(s)
+            return (
+                len(idx),
+                round(h.base_idle + float(h.idle_w[idx].sum()), 9),
+                round(float(h.lost[idx].sum()), 6),
+            )
+
+        def fits_many(sets: list[frozenset[int]]) -> list[bool]:
+            if not sets:
+                return []
+            mat = np.zeros((len(sets), m))
+            for r, s in enumerate(sets):
+                mat[r, list(s)] = 1.0
+            return [bool(x) for x in self._fits(d, h.base[None, :] + mat @ h.use, width)]
+
+        current = frozenset(chosen)
+        for _ in range(max(1, self.rounds)):
+            outside = [j for j in range(m) if j not in current]
+            moves: list[frozenset[int]] = [current - {v} for v in current]
+            moves += [(current - {v}) | {u} for v in current for u in outside]
+            moves += [
+                (current - {v, w}) | {u}
+                for v, w in combinations(sorted(current), 2)
+                for u in outside
+            ]
+            best = current
+            best_key = key(current)
+            for s, good in zip(moves, fits_many(moves), strict=True):
+                if good and key(s) < best_key:
+                    best, best_key = s, key(s)
+            if best == current:
+                break
+            current = best
+        _, idle, lost = key(current)
+        return tuple(sorted(current)), idle, lost
+
+    def _verify(
+        self, table: HostTable, request: RequestSpec, row: int, victims: tuple[Allocation, ...]
+    ) -> Decision | None:
+        trial = table.copy()
+        for v in victims:
+            trial.release(v.instance_id)
+        sched = only_hosts(self.scheduler, len(trial), [row])
+        try:
+            return sched.select_destinations(trial, request, self.now)
+        except NoValidHost:
+            return None
+
+
+def _width_of(h: _Host) -> int:
+    return (h.base.size - HOST_RESOURCES) // CELLS
+
+
+def _need(d: Demand, width: int) -> F64:
+    """What one instance takes, as a flat (cells, host) vector with the cell part in cell 0.
+
+    Only sums over cells are meaningful (the lower bound and the heuristic's deficit use it
+    through `_summed`).
+    """
+    cell = np.zeros((CELLS, width), dtype=np.float64)
+    cell[0] = d.total
+    cell[0, CELL_BASE:] += d.pci
+    return np.concatenate([cell.reshape(-1), d.host.astype(np.float64)])
+
+
+def _summed(vec: F64, width: int) -> F64:
+    """Flat (cells, host) vectors -> per resource totals (cells summed) + host columns."""
+    lead = vec.shape[:-1]
+    cells = vec[..., : CELLS * width].reshape(*lead, CELLS, width).sum(axis=-2)
+    return np.concatenate([cells, vec[..., CELLS * width :]], axis=-1)
+
+
+def _lower_bound(base: F64, use: F64, need: F64, width: int) -> int:
+    """Victims needed at least: per resource, the largest victims first must cover the deficit."""
+    deficit = _summed(need, width) - _summed(base, width)
+    per = _summed(use, width)  # (m, R)
+    bound = 0
+    for r in np.flatnonzero(deficit > 0):
+        cum = np.cumsum(np.sort(per[:, r])[::-1])
+        reach = np.flatnonzero(cum >= deficit[r])
+        bound = max(bound, int(reach[0]) + 1 if reach.size else len(per) + 1)
+    return max(bound, 1)
+
+
+def _idle_weights(table: HostTable, d: Demand, rows: I64) -> tuple[F64, F64]:
+    """Per host, the weights turning a flat free vector into the idle measure, and the
+    measure's value for the request's own demand (subtracted: idle is measured after placing).
+    """
+    width = table.width
+    cell_cap = numa.take(table.cell_cap, rows).astype(np.float64).sum(axis=1)  # (H, w)
+    host_cap = numa.take(table.host_cap, rows).astype(np.float64)  # (H, HR)
+    need_cells = d.total.astype(np.float64).copy()
+    need_cells[CELL_BASE:] += d.pci
+    cell_w = np.where(
+        (need_cells > 0)[None, :] & (cell_cap > 0), 1.0 / np.maximum(cell_cap, 1.0), 0.0
+    )
+    host_w = np.where((d.host > 0)[None, :] & (host_cap > 0), 1.0 / np.maximum(host_cap, 1.0), 0.0)
+    weights = np.concatenate(
+        [np.repeat(cell_w[:, None, :], CELLS, axis=1).reshape(len(rows), -1), host_w], axis=1
+    )
+    need_idle = cell_w @ need_cells + host_w @ d.host.astype(np.float64)
+    assert weights.shape[1] == CELLS * width + host_cap.shape[1]
+    return weights, need_idle
