@@ -22,6 +22,7 @@ from berth.core.filters.image_properties import ImagePropertiesFilter
 from berth.core.filters.num_instances import NumInstancesFilter
 from berth.core.filters.numa_topology import NumaTopologyFilter
 from berth.core.filters.pci_passthrough import PciPassthroughFilter
+from berth.core.filters.rack_anti_affinity import RackAntiAffinityFilter
 from berth.core.filters.ram import RamFilter
 from berth.core.filters.retry import RetryFilter
 from berth.core.filters.same_host import DifferentHostFilter, SameHostFilter
@@ -77,6 +78,7 @@ for _f in (
     TrustedFilter,
     NumInstancesFilter,
     TraitsFilter,
+    RackAntiAffinityFilter,
 ):
     register_filter(_f)
 
