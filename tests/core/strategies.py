@@ -1,0 +1,151 @@
+"""Hypothesis strategies: small random fleets and flavors of every NUMA mode."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import settings
+from hypothesis import strategies as st
+
+from berth.core.flavors import NumaMode
+from berth.core.model import Flavor, Fleet, Host
+from berth.core.table import HostTable
+from tests.builders import cell, flavor, fleet, host
+
+
+def examples(scale: float) -> int:
+    """`scale` times the active profile's max_examples (100 in CI; more with the explore
+    profile), so a test's share of the budget stays proportional whatever the profile."""
+    active = settings.default
+    assert active is not None
+    return max(10, int(active.max_examples * scale))
+
+
+MODES = [NumaMode.NONE, NumaMode.SINGLE, NumaMode.EVEN, NumaMode.FIXED, NumaMode.FLEX]
+ALIASES = {"gpu": "gpu"}  # the PCI type exists even when no host has one
+
+
+@st.composite
+def hosts(draw: st.DrawFn, name: str) -> Host:
+    n_cells = draw(st.sampled_from([2, 1, 2]))
+    page_kb = draw(st.sampled_from([2048, 0, 1048576, 0]))
+    cells = []
+    for _ in range(n_cells):
+        gpus = draw(st.sampled_from([2, 0, 1, 0]))
+        cells.append(
+            cell(
+                vcpus=draw(st.sampled_from([6, 2, 4, 8, 1, 0])),
+                pcpus=draw(st.sampled_from([8, 4, 12, 6, 2, 1, 0])),
+                mem=(24 - draw(st.integers(0, 24))) * 512,
+                huge=(6 - draw(st.integers(0, 6))) * 1024 if page_kb else 0,
+                pci={"gpu": gpus} if gpus else {},
+            )
+        )
+    return host(
+        name,
+        numa=cells,
+        page_kb=page_kb,
+        cpu_ratio=draw(st.sampled_from([2.0, 1.0, 1.5, 1.0, 4.0])),
+        ram_ratio=draw(st.sampled_from([1.0, 1.0, 1.25, 1.5])),
+        reserved_mem=draw(st.sampled_from([0, 0, 256, 1024])),
+        hdd=draw(st.sampled_from([100, 30, 200, 0])),
+        ssd=draw(st.sampled_from([60, 0, 0])),
+        reserved_disk=draw(st.sampled_from([0, 0, 5])),
+        disk_ratio=draw(st.sampled_from([1.0, 1.5])),
+        enabled=draw(st.sampled_from([True] * 9 + [False])),
+    )
+
+
+@st.composite
+def flavors(draw: st.DrawFn, name: str, mode: NumaMode | None = None) -> Flavor:
+    if mode is None:
+        mode = draw(st.sampled_from(MODES))
+    pinned = mode != NumaMode.NONE and draw(st.booleans())
+    page = None
+    if mode in (NumaMode.SINGLE, NumaMode.EVEN, NumaMode.FIXED):
+        page = draw(st.sampled_from([None, None, None, "2MB", "1GB", "large"]))
+    unit = draw(st.sampled_from([512, 1024])) if page else 256
+    pci = draw(st.sampled_from([None, None, None, "gpu:1", "gpu:2"]))
+    common: dict[str, Any] = {
+        "pinned": pinned,
+        "page": page,
+        "pci": pci,
+        "pci_policy": draw(st.sampled_from([None, "preferred"])) if pci else None,
+        "disk": draw(st.sampled_from([0, 0, 0, 10, 20])),
+        "ssd": draw(st.integers(0, 3)) == 0,
+    }
+    if mode == NumaMode.NONE:
+        return flavor(
+            name, vcpus=draw(st.integers(1, 4)), mem=draw(st.integers(1, 12)) * 256, **common
+        )
+    if mode == NumaMode.SINGLE:
+        return flavor(
+            name,
+            vcpus=draw(st.integers(1, 4)),
+            mem=draw(st.integers(1, 6)) * unit,
+            numa=1,
+            **common,
+        )
+    if mode == NumaMode.EVEN:
+        return flavor(
+            name,
+            vcpus=2 * draw(st.integers(1, 3)),
+            mem=2 * draw(st.integers(1, 4)) * unit,
+            numa=2,
+            **common,
+        )
+    if mode == NumaMode.FIXED:
+        a = draw(st.integers(1, 3))
+        b = a + draw(st.integers(1, 2))  # unequal, so the mode stays FIXED
+        mem0, mem1 = draw(st.integers(1, 4)) * unit, draw(st.integers(1, 4)) * unit
+        return flavor(
+            name,
+            vcpus=a + b,
+            mem=mem0 + mem1,
+            numa=2,
+            numa_cpus=(_cpus(0, a), _cpus(a, a + b)),
+            numa_mem=(mem0, mem1),
+            **common,
+        )
+    vcpus = draw(st.integers(2, 6))
+    mem = draw(st.integers(2, 16)) * 256
+    return flavor(
+        name,
+        vcpus=vcpus,
+        mem=mem,
+        numa=2,
+        split="flexible",
+        min_vcpus=draw(st.none() | st.integers(1, vcpus // 2)),
+        min_mem=draw(st.none() | st.integers(1, mem // 2 // 128).map(lambda k: k * 128)),
+        **common,
+    )
+
+
+def _cpus(lo: int, hi: int) -> str:
+    """Guest CPUs lo..hi-1 as a Nova CPU list."""
+    return f"{lo}-{hi - 1}" if hi - 1 > lo else str(lo)
+
+
+@st.composite
+def fleets(
+    draw: st.DrawFn,
+    *,
+    min_hosts: int = 1,
+    max_hosts: int = 6,
+    target: NumaMode | None = None,
+    extra_flavors: int = 3,
+) -> Fleet:
+    """1-6 random hosts and random flavors ('t' of mode `target` when given), no instances."""
+    n = draw(st.integers(min_hosts, max_hosts))
+    host_list = [draw(hosts(f"h{i}")) for i in range(n)]
+    flavor_list = []
+    if target is not None:
+        flavor_list.append(draw(flavors("t", target)))
+    for i in range(draw(st.integers(1 if target is None else 0, extra_flavors))):
+        flavor_list.append(draw(flavors(f"f{i}")))
+    return fleet(host_list, flavor_list, aliases=ALIASES)
+
+
+def tables(**kwargs: Any) -> st.SearchStrategy[HostTable]:
+    """`fleets(**kwargs)` as a `HostTable`."""
+    return fleets(**kwargs).map(HostTable.from_fleet)
