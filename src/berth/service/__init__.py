@@ -1,0 +1,1 @@
+"""The Berth service: FastAPI app, auth, metrics, and the replica state kept in sync."""

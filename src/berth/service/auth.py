@@ -1,0 +1,102 @@
+"""Bearer-token authentication and the four roles.
+
+Tokens are random secrets (`berth_...`); only their SHA-256 is stored, so a database dump does
+not reveal a usable token. Lookups are cached for `token_cache_ttl` seconds (a revoked token can
+keep working that long on a replica that has just seen it).
+
+* admin: everything, including tokens;
+* operator: fleet changes (regions, clusters, pools, hosts, reports, flavors, images,
+  networks), placements for any project, evictions, and every read;
+* tenant: placements, instances and deployment sets of its own project; the catalogue;
+* reader: every read except tokens.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from berth.service.errors import ApiError
+from berth.store.repo import Store, TokenRow, hash_token
+
+RANK = {"reader": 0, "tenant": 0, "operator": 1, "admin": 2}
+
+
+@dataclass(frozen=True)
+class Principal:
+    token_id: str
+    name: str
+    role: str
+    project: str | None
+
+    @property
+    def key(self) -> str:
+        """Who an idempotency key belongs to."""
+        return f"token:{self.token_id}"
+
+    def project_for(self, requested: str | None) -> str:
+        """The project a request acts for: a tenant's own; others must name one or get 'default'."""
+        if self.role == "tenant":
+            assert self.project is not None
+            if requested is not None and requested != self.project:
+                raise ApiError(
+                    403,
+                    "forbidden",
+                    f"project: a tenant token of {self.project!r} cannot act for {requested!r}",
+                    field="project",
+                )
+            return self.project
+        return requested or "default"
+
+    def visible_project(self) -> str | None:
+        """None = every project is visible; else only this one."""
+        return self.project if self.role == "tenant" else None
+
+
+class Authenticator:
+    def __init__(self, store: Store, ttl: float = 5.0) -> None:
+        self.store = store
+        self.ttl = ttl
+        self._cache: dict[str, tuple[float, TokenRow | None]] = {}
+        self._lock = threading.Lock()
+
+    def authenticate(self, header: str | None) -> Principal:
+        if not header or not header.lower().startswith("bearer "):
+            raise ApiError(
+                401,
+                "unauthenticated",
+                "missing bearer token (Authorization: Bearer <token>)",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        secret = header[7:].strip()
+        digest = hash_token(secret)
+        now = time.monotonic()
+        with self._lock:
+            cached = self._cache.get(digest)
+        if cached is not None and cached[0] > now:
+            row = cached[1]
+        else:
+            row = self.store.lookup_token(secret) if len(secret) < 200 else None
+            with self._lock:
+                if len(self._cache) > 10_000:
+                    self._cache.clear()
+                self._cache[digest] = (now + self.ttl, row)
+        if row is None:
+            raise ApiError(
+                401,
+                "unauthenticated",
+                "unknown or revoked token",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        return Principal(row.id, row.name, row.role, row.project)
+
+
+def require(principal: Principal, *, write: bool = False, admin: bool = False) -> None:
+    """Fleet reads need any non-tenant role; fleet writes operator; token admin admin."""
+    if admin and principal.role != "admin":
+        raise ApiError(403, "forbidden", f"role {principal.role!r} cannot manage tokens")
+    if write and RANK[principal.role] < 1:
+        raise ApiError(403, "forbidden", f"role {principal.role!r} cannot change the fleet")
+    if principal.role == "tenant" and not write and not admin:
+        raise ApiError(403, "forbidden", "a tenant token cannot read the fleet")

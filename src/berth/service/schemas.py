@@ -1,0 +1,337 @@
+"""Request and response bodies of the REST API (pydantic; they make /openapi.json).
+
+Names in paths and bodies are restricted to printable identifiers (letters, digits and
+``._:-@``), so that nothing the API accepts can upset either database (NUL bytes, control
+characters, unbounded numbers are refused with a 422 naming the field).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from berth.core.model import DiskKind, GroupPolicy, NumaCell
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$"
+Ident = Annotated[str, Field(min_length=1, max_length=128, pattern=NAME_PATTERN)]
+Text = Annotated[str, Field(max_length=1024, pattern=r"^[^\x00-\x1f\x7f]*$")]
+Count = Annotated[int, Field(ge=0, le=1_000_000_000)]
+Timestamp = Annotated[float, Field(ge=0, le=1e11, allow_inf_nan=False)]
+Ratio = Annotated[float, Field(gt=0.0, le=64.0, allow_inf_nan=False)]
+
+BusinessType = Literal["on-demand", "preemptible", "auto-scaling"]
+Role = Literal["admin", "operator", "tenant", "reader"]
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---------------------------------------------------------------------------- topology
+class RegionIn(_In):
+    name: Ident
+    description: Text = ""
+
+
+class Region(BaseModel):
+    name: str
+    description: str
+
+
+class ClusterIn(_In):
+    name: Ident
+    region: Ident
+
+
+class Cluster(BaseModel):
+    name: str
+    region: str
+    state: Literal["active", "left"]
+    hosts: int = 0
+
+
+class PoolIn(_In):
+    cluster: Ident
+    name: Ident
+    trait: Ident = Field(description="hosts of the pool carry this trait (e.g. CUSTOM_POOL_DPDK)")
+    description: Text = ""
+
+
+class Pool(BaseModel):
+    cluster: str
+    name: str
+    trait: str
+    description: str
+
+
+class CellIn(_In):
+    shared_cpus: Annotated[int, Field(ge=0, le=4096)] = 0
+    dedicated_cpus: Annotated[int, Field(ge=0, le=4096)] = 0
+    memory_mb: Annotated[int, Field(ge=0, le=1 << 40)]
+    hugepages_mb: Annotated[int, Field(ge=0, le=1 << 40)] = 0
+    pci: dict[Ident, Annotated[int, Field(ge=0, le=4096)]] = Field(default_factory=dict)
+
+    def core(self) -> NumaCell:
+        return NumaCell(**self.model_dump())
+
+
+class DiskIn(_In):
+    hdd_gb: Annotated[int, Field(ge=0, le=1 << 40)] = 0
+    ssd_gb: Annotated[int, Field(ge=0, le=1 << 40)] = 0
+
+
+class HostIn(_In):
+    name: Ident
+    cluster: Ident
+    pool: Ident | None = None
+    availability_zone: Ident = "nova"
+    aggregates: list[Ident] = Field(default_factory=list, max_length=64)
+    traits: list[Ident] = Field(default_factory=list, max_length=256)
+    enabled: bool = True
+    architecture: Ident = "x86_64"
+    hypervisor_type: Ident = "kvm"
+    trusted: bool = False
+    capabilities: dict[Ident, Text] = Field(default_factory=dict)
+    cpu_allocation_ratio: Ratio = 1.0
+    ram_allocation_ratio: Ratio = 1.0
+    disk_allocation_ratio: Ratio = 1.0
+    reserved_memory_mb: Annotated[int, Field(ge=0, le=1 << 40)] = 0
+    reserved_disk_gb: Annotated[int, Field(ge=0, le=1 << 40)] = 0
+    hugepage_size_kb: Literal[0, 2048, 1048576] = 0
+    disk: DiskIn = Field(default_factory=DiskIn)
+    rack: Ident | None = None
+    numa_cells: list[CellIn] = Field(min_length=1, max_length=2)
+
+
+class HostUsage(BaseModel):
+    vcpus: int
+    vcpus_used: int
+    pinned_cpus: int
+    pinned_cpus_used: int
+    memory_mb: int
+    memory_mb_used: int
+    instances: int
+
+
+class HostOut(BaseModel):
+    name: str
+    cluster: str
+    pool: str | None
+    availability_zone: str
+    enabled: bool
+    last_heartbeat: float | None
+    generation: int
+    traits: list[str]
+    usage: HostUsage | None = None
+    report_ts: float | None = None
+
+
+class HostState(_In):
+    enabled: bool
+
+
+class ReportIn(_In):
+    """A compute node's heartbeat, optionally with its own view of what runs on it."""
+
+    timestamp: Timestamp = Field(description="when the host made this report (epoch seconds)")
+    instances: list[Ident] | None = Field(
+        None, max_length=10_000, description="instance ids the host runs (for reconciliation)"
+    )
+    used: dict[Ident, Count] | None = Field(None, description="the host's own usage figures")
+
+
+class ReportOut(BaseModel):
+    applied: bool
+    host: str
+    last_heartbeat: float | None
+
+
+# ---------------------------------------------------------------------------- catalogue
+class FlavorIn(_In):
+    name: Ident
+    vcpus: Annotated[int, Field(ge=1, le=4096)]
+    memory_mb: Annotated[int, Field(ge=1, le=1 << 40)]
+    root_gb: Annotated[int, Field(ge=0, le=1 << 30)] = 0
+    ephemeral_gb: Annotated[int, Field(ge=0, le=1 << 30)] = 0
+    swap_mb: Annotated[int, Field(ge=0, le=1 << 30)] = 0
+    disk_kind: DiskKind = DiskKind.HDD
+    extra_specs: dict[Ident, Text] = Field(default_factory=dict)
+
+
+class FlavorOut(BaseModel):
+    name: str
+    vcpus: int
+    memory_mb: int
+    root_gb: int
+    ephemeral_gb: int
+    swap_mb: int
+    disk_kind: str
+    extra_specs: dict[str, str]
+
+
+class ImageIn(_In):
+    name: Ident
+    architecture: Ident | None = None
+    hypervisor_type: Ident | None = None
+    required_traits: list[Ident] = Field(default_factory=list, max_length=64)
+    clusters: list[Ident] | None = Field(None, description="clusters holding the image; null = all")
+
+
+class ImageOut(BaseModel):
+    name: str
+    architecture: str | None
+    hypervisor_type: str | None
+    required_traits: list[str]
+    clusters: list[str] | None
+
+
+class NetworkIn(_In):
+    name: Ident
+    cluster: Ident
+    cidr: Annotated[str, Field(max_length=64, pattern=r"^[0-9a-fA-F:.]+/[0-9]{1,3}$")]
+    total: Annotated[int, Field(ge=0, le=1 << 24)]
+
+
+class NetworkOut(BaseModel):
+    name: str
+    cluster: str
+    cidr: str
+    total: int
+    used: int
+
+
+class DeploymentSetIn(_In):
+    id: Ident
+    project: Ident | None = Field(None, description="defaults to the token's project")
+    policy: GroupPolicy = GroupPolicy.ANTI_AFFINITY
+    max_per_host: Annotated[int, Field(ge=1, le=1000)] = 1
+    max_size: Annotated[int, Field(ge=1, le=100_000)] | None = None
+
+
+class DeploymentSetOut(BaseModel):
+    id: str
+    project: str
+    policy: str
+    max_per_host: int
+    max_size: int | None
+    members: int
+
+
+# ---------------------------------------------------------------------------- placements
+class PlacementIn(_In):
+    flavor: Ident
+    count: Annotated[int, Field(ge=1, le=100)] = 1
+    project: Ident | None = Field(None, description="defaults to the token's project")
+    region: Ident | None = None
+    cluster: Ident | None = None
+    pool: Ident | None = None
+    availability_zone: Ident | None = None
+    image: Ident | None = None
+    deployment_set: Ident | None = None
+    same_host: list[Ident] = Field(default_factory=list, max_length=100)
+    different_host: list[Ident] = Field(default_factory=list, max_length=100)
+    business_type: BusinessType = "on-demand"
+    seed: Annotated[int, Field(ge=0, le=2**62)] | None = None
+
+
+class CellUse(BaseModel):
+    cell: int
+    vcpus: int
+    pcpus: int
+    memory_mb: int
+    hugepages_mb: int
+    pci: dict[str, int]
+
+
+class InstanceOut(BaseModel):
+    id: str
+    project: str
+    flavor: str
+    host: str
+    cluster: str
+    deployment_set: str | None
+    placement_id: str | None
+    business_type: str
+    preemptible: bool
+    cells: list[CellUse]
+    host_use: dict[str, int]
+    created_at: float
+
+
+class PlacementOut(BaseModel):
+    id: str
+    flavor: str
+    project: str
+    cluster: str
+    instances: list[InstanceOut]
+    alternates: dict[str, list[str]] = Field(default_factory=dict)
+    evicted: list[str] = Field(default_factory=list)
+    decision_ms: float = 0.0
+    attempts: int = 1
+
+
+class EvictionIn(_In):
+    instance_id: Ident
+    reason: Text = "evicted by an operator"
+
+
+class EvictionOut(BaseModel):
+    id: int
+    instance_id: str
+    host: str
+    project: str
+    flavor: str
+    reason: str
+    placement_id: str | None
+    created_at: float
+
+
+# ---------------------------------------------------------------------------- reads
+class CapacityOut(BaseModel):
+    by: str
+    flavors: list[str]
+    counts: dict[str, dict[str, int]]
+    hosts: int
+    elapsed_ms: float
+
+
+class StatsDay(BaseModel):
+    day: str
+    requests: int
+    successes: int
+    success_rate: float | None
+    failures: dict[str, int]
+
+
+class EventOut(BaseModel):
+    id: int
+    ts: float
+    kind: str
+    host: str | None
+    generation: int | None
+    replica: str
+    payload: dict[str, Any]
+
+
+class TokenIn(_In):
+    name: Ident
+    role: Role
+    project: Ident | None = None
+
+
+class TokenOut(BaseModel):
+    id: str
+    name: str
+    role: str
+    project: str | None
+    revoked: bool
+    token: str | None = Field(None, description="the secret; shown once, at creation")
+
+
+class Health(BaseModel):
+    status: str
+    replica: str
+    database: str
+    last_event_id: int
+    hosts: int

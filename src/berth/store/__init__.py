@@ -1,0 +1,1 @@
+"""Persistence: SQLAlchemy schema, Alembic migrations, and the repository used by the service."""

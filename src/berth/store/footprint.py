@@ -1,0 +1,68 @@
+"""An instance's exact footprint, by resource name, independent of any table's column layout.
+
+The core keeps footprints as arrays whose PCI columns follow one table's device types; in the
+database and in events they are stored by name so that replicas (and clusters with different
+device types) read them the same way:
+
+    {"cells": [{"vcpus": 0, "pcpus": 4, "memory_mb": 8192, "hugepages_mb": 0, "pci": {}}, ...],
+     "host": {"vcpus": 0, "memory_mb": 8192, "hdd_gb": 40, "ssd_gb": 0}}
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from berth.core.errors import ClaimError
+from berth.core.resources import (
+    C_HUGE,
+    C_MEM,
+    C_PCPU,
+    C_VCPU,
+    CELL_BASE,
+    CELLS,
+    H_HDD,
+    H_MEM,
+    H_SSD,
+    H_VCPU,
+    HOST_RESOURCES,
+)
+
+I64 = npt.NDArray[np.int64]
+Footprint = dict[str, Any]
+
+_CELL = (("vcpus", C_VCPU), ("pcpus", C_PCPU), ("memory_mb", C_MEM), ("hugepages_mb", C_HUGE))
+_HOST = (("vcpus", H_VCPU), ("memory_mb", H_MEM), ("hdd_gb", H_HDD), ("ssd_gb", H_SSD))
+
+
+def to_named(cell_use: I64, host_use: I64, device_types: list[str]) -> Footprint:
+    cells = []
+    for c in range(cell_use.shape[0]):
+        cell: dict[str, Any] = {name: int(cell_use[c, col]) for name, col in _CELL}
+        cell["pci"] = {
+            d: int(cell_use[c, CELL_BASE + i])
+            for i, d in enumerate(device_types)
+            if cell_use[c, CELL_BASE + i]
+        }
+        cells.append(cell)
+    host = {name: int(host_use[col]) for name, col in _HOST}
+    return {"cells": cells, "host": host}
+
+
+def to_arrays(fp: Footprint, device_types: list[str]) -> tuple[I64, I64]:
+    """The footprint in a table's layout; a device type the table lacks is a `ClaimError`."""
+    width = CELL_BASE + len(device_types)
+    cell_use = np.zeros((CELLS, width), dtype=np.int64)
+    for c, cell in enumerate(fp["cells"][:CELLS]):
+        for name, col in _CELL:
+            cell_use[c, col] = int(cell.get(name, 0))
+        for device, count in cell.get("pci", {}).items():
+            if device not in device_types:
+                raise ClaimError(f"footprint uses unknown PCI device type {device!r}")
+            cell_use[c, CELL_BASE + device_types.index(device)] = int(count)
+    host_use = np.zeros(HOST_RESOURCES, dtype=np.int64)
+    for name, col in _HOST:
+        host_use[col] = int(fp["host"].get(name, 0))
+    return cell_use, host_use

@@ -1,0 +1,1301 @@
+"""The repository: every read and write the service makes, one transaction each.
+
+Writes that change a host bump its generation and append events in the same transaction, so
+the event log and the rows never disagree. Claims are optimistic (`commit_placement`): the
+transaction updates each touched host with ``WHERE generation = :read`` and checks the row count,
+re-verifies the footprints against the instances rows it now holds locked, and only then inserts;
+any failure rolls the whole transaction back (no partial claim, even if the process dies).
+
+Event ids are assigned and committed in order: on PostgreSQL the event-writing tail of every
+transaction runs under one transaction-level advisory lock, so a reader tailing ``id > last``
+can never skip an event committed late with a smaller id. SQLite serialises writers anyway.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from sqlalchemy import Connection, Engine, and_, delete, func, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError
+
+from berth.core.model import Aggregate, Flavor, Host, NumaCell, PciAlias
+from berth.store import schema as t
+from berth.store.db import is_sqlite, make_engine, upgrade
+from berth.store.errors import (
+    AlreadyExistsError,
+    GenerationConflictError,
+    IdempotencyRaceError,
+    InUseError,
+    InvalidReferenceError,
+    NotFoundError,
+    PlanRejectedError,
+)
+from berth.store.footprint import Footprint, to_arrays
+
+I64 = npt.NDArray[np.int64]
+EVENT_LOCK = 0x42455254  # "BERT": serialises event ids with commit order on PostgreSQL
+NOTIFY_CHANNEL = "berth_events"
+ROLES = ("admin", "operator", "tenant", "reader")
+
+
+def day_of(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d")
+
+
+def hash_token(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+# ---------------------------------------------------------------------------- records
+@dataclass(frozen=True)
+class ClusterRow:
+    name: str
+    region: str
+    state: str
+
+
+@dataclass(frozen=True)
+class PoolRow:
+    cluster: str
+    name: str
+    trait: str
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class HostRecord:
+    host: Host
+    cluster: str
+    pool: str | None
+    generation: int
+    report: dict[str, Any] | None = None
+    report_ts: float | None = None
+
+
+@dataclass(frozen=True)
+class GroupRow:
+    id: str
+    project: str
+    policy: str
+    max_per_host: int
+    max_size: int | None
+    generation: int
+
+
+@dataclass(frozen=True)
+class InstanceRow:
+    id: str
+    project: str
+    flavor: str
+    host: str
+    cluster: str
+    server_group: str | None
+    placement: Footprint
+    placement_id: str | None
+    business_type: str
+    preemptible: bool
+    migratable: bool
+    created_at: float
+
+
+@dataclass(frozen=True)
+class TokenRow:
+    id: str
+    name: str
+    role: str
+    project: str | None
+    revoked: bool
+    created_at: float
+
+
+@dataclass(frozen=True)
+class EventRow:
+    id: int
+    ts: float
+    kind: str
+    host: str | None
+    generation: int | None
+    replica: str
+    payload: dict[str, Any]
+
+
+@dataclass
+class Snapshot:
+    """Everything a replica needs to build its tables, read in one consistent transaction."""
+
+    last_event_id: int
+    regions: dict[str, str]
+    clusters: dict[str, ClusterRow]
+    pools: list[PoolRow]
+    aggregates: list[Aggregate]
+    pci_aliases: list[PciAlias]
+    flavors: list[Flavor]
+    groups: dict[str, GroupRow]
+    hosts: list[HostRecord]
+    instances: list[InstanceRow]
+
+
+@dataclass(frozen=True)
+class NewInstance:
+    id: str
+    host: str
+    cluster: str
+    flavor: str
+    footprint: Footprint
+    project: str
+    server_group: str | None = None
+    business_type: str = "on-demand"
+    preemptible: bool = False
+    migratable: bool = True
+
+
+@dataclass(frozen=True)
+class HostCapacity:
+    """A host's inventory in one table's layout, for re-verifying a plan at commit."""
+
+    cell_cap: I64
+    host_cap: I64
+    device_types: list[str]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    outcome: str  # success | failure
+    reason: str
+    flavor: str
+    project: str
+    num_instances: int
+    latency_ms: float
+
+
+@dataclass(frozen=True)
+class Idempotent:
+    principal: str
+    key: str
+    request_hash: str
+    status: int
+    response: dict[str, Any]
+
+
+@dataclass
+class CommitResult:
+    events: list[EventRow] = field(default_factory=list)
+    groups: dict[str, int] = field(default_factory=dict)  # group -> generation after commit
+    evicted: list[InstanceRow] = field(default_factory=list)
+
+
+def _instance(row: Any) -> InstanceRow:
+    return InstanceRow(
+        id=row.id,
+        project=row.project,
+        flavor=row.flavor,
+        host=row.host,
+        cluster=row.cluster,
+        server_group=row.server_group,
+        placement=row.placement,
+        placement_id=row.placement_id,
+        business_type=row.business_type,
+        preemptible=bool(row.preemptible),
+        migratable=bool(row.migratable),
+        created_at=float(row.created_at),
+    )
+
+
+def _event(row: Any) -> EventRow:
+    return EventRow(
+        id=int(row.id),
+        ts=float(row.ts),
+        kind=row.kind,
+        host=row.host,
+        generation=None if row.generation is None else int(row.generation),
+        replica=row.replica,
+        payload=row.payload,
+    )
+
+
+def _host_spec(host: Host) -> dict[str, Any]:
+    return host.model_dump(mode="json", exclude={"numa_cells", "enabled", "last_heartbeat"})
+
+
+# ---------------------------------------------------------------------------- the store
+class Store:
+    """All database access. Thread-safe: each call runs its own transaction."""
+
+    def __init__(self, engine: Engine, replica: str = "local") -> None:
+        self.engine = engine
+        self.replica = replica
+        self.sqlite = is_sqlite(engine)
+
+    @classmethod
+    def open(cls, url: str, *, replica: str = "local", migrate: bool = True) -> Store:
+        store = cls(make_engine(url), replica)
+        if migrate:
+            upgrade(store.engine)
+        return store
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # ------------------------------------------------------------------ transactions
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        with self.engine.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def _read(self, *, snapshot: bool = False) -> Iterator[Connection]:
+        opts: dict[str, Any] = {}
+        if self.sqlite:
+            opts["sqlite_begin"] = "DEFERRED"
+        elif snapshot:
+            opts["isolation_level"] = "REPEATABLE READ"
+        with self.engine.connect().execution_options(**opts) as conn, conn.begin():
+            yield conn
+
+    def _append(
+        self, conn: Connection, items: Sequence[tuple[str, str | None, int | None, dict[str, Any]]]
+    ) -> list[EventRow]:
+        """Append events (kind, host, generation, payload) at the end of a write transaction."""
+        if not items:
+            return []
+        if not self.sqlite:
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({EVENT_LOCK})")
+        now = time.time()
+        out = []
+        for kind, host, generation, payload in items:
+            new_id = conn.execute(
+                insert(t.events)
+                .values(
+                    ts=now,
+                    kind=kind,
+                    host=host,
+                    generation=generation,
+                    replica=self.replica,
+                    payload=payload,
+                )
+                .returning(t.events.c.id)
+            ).scalar_one()
+            out.append(EventRow(int(new_id), now, kind, host, generation, self.replica, payload))
+        if not self.sqlite:
+            conn.exec_driver_sql(f"NOTIFY {NOTIFY_CHANNEL}")
+        return out
+
+    # ------------------------------------------------------------------ snapshot & events
+    def snapshot(self) -> Snapshot:
+        with self._read(snapshot=True) as conn:
+            last = conn.execute(select(func.max(t.events.c.id))).scalar() or 0
+            regions = {r.name: r.description for r in conn.execute(select(t.regions))}
+            clusters = {
+                r.name: ClusterRow(r.name, r.region, r.state)
+                for r in conn.execute(select(t.clusters))
+            }
+            pools = [
+                PoolRow(r.cluster, r.name, r.trait, r.description)
+                for r in conn.execute(select(t.pools).order_by(t.pools.c.cluster, t.pools.c.name))
+            ]
+            aggregates = [
+                Aggregate(name=r.name, metadata=r.meta)
+                for r in conn.execute(select(t.aggregates).order_by(t.aggregates.c.name))
+            ]
+            aliases = [
+                PciAlias(name=r.name, device_type=r.device_type)
+                for r in conn.execute(select(t.pci_aliases).order_by(t.pci_aliases.c.name))
+            ]
+            flavors = [
+                Flavor.model_validate(r.spec)
+                for r in conn.execute(select(t.flavors).order_by(t.flavors.c.name))
+            ]
+            groups = {
+                r.id: GroupRow(
+                    r.id, r.project, r.policy, r.max_per_host, r.max_size, int(r.generation)
+                )
+                for r in conn.execute(select(t.deployment_sets))
+            }
+            hosts = self._hosts(conn)
+            instances = [
+                _instance(r)
+                for r in conn.execute(select(t.instances).order_by(t.instances.c.created_at))
+            ]
+        return Snapshot(
+            int(last),
+            regions,
+            clusters,
+            pools,
+            aggregates,
+            aliases,
+            flavors,
+            groups,
+            hosts,
+            instances,
+        )
+
+    def _hosts(self, conn: Connection, names: Sequence[str] | None = None) -> list[HostRecord]:
+        q = select(t.hosts).order_by(t.hosts.c.created_at, t.hosts.c.name)
+        cq = select(t.host_cells).order_by(t.host_cells.c.host, t.host_cells.c.cell)
+        if names is not None:
+            q = q.where(t.hosts.c.name.in_(names))
+            cq = cq.where(t.host_cells.c.host.in_(names))
+        cells: dict[str, list[NumaCell]] = {}
+        for c in conn.execute(cq):
+            cells.setdefault(c.host, []).append(
+                NumaCell(
+                    shared_cpus=c.shared_cpus,
+                    dedicated_cpus=c.dedicated_cpus,
+                    memory_mb=c.memory_mb,
+                    hugepages_mb=c.hugepages_mb,
+                    pci=c.pci,
+                )
+            )
+        out = []
+        for r in conn.execute(q):
+            host = Host.model_validate(
+                {
+                    **r.spec,
+                    "enabled": r.enabled,
+                    "last_heartbeat": r.last_heartbeat,
+                    "numa_cells": cells.get(r.name, []),
+                }
+            )
+            out.append(
+                HostRecord(host, r.cluster, r.pool, int(r.generation), r.report, r.report_ts)
+            )
+        return out
+
+    def latest_event_id(self) -> int:
+        with self._read() as conn:
+            return int(conn.execute(select(func.max(t.events.c.id))).scalar() or 0)
+
+    def events_after(
+        self, after: int, limit: int = 1000, kind: str | None = None
+    ) -> list[EventRow]:
+        q = select(t.events).where(t.events.c.id > after)
+        if kind is not None:
+            q = q.where(t.events.c.kind == kind)
+        with self._read() as conn:
+            rows = conn.execute(q.order_by(t.events.c.id).limit(limit))
+            return [_event(r) for r in rows]
+
+    def heartbeats_since(self, since: float) -> list[tuple[str, float]]:
+        with self._read() as conn:
+            rows = conn.execute(
+                select(t.hosts.c.name, t.hosts.c.last_heartbeat).where(
+                    t.hosts.c.last_heartbeat > since
+                )
+            )
+            return [(r.name, float(r.last_heartbeat)) for r in rows]
+
+    # ------------------------------------------------------------------ topology
+    def add_region(self, name: str, description: str = "") -> None:
+        try:
+            with self._write() as conn:
+                conn.execute(
+                    insert(t.regions).values(
+                        name=name, description=description, created_at=time.time()
+                    )
+                )
+                self._append(conn, [("region_added", None, None, {"name": name})])
+        except IntegrityError:
+            raise AlreadyExistsError("region", name) from None
+
+    def list_regions(self) -> list[dict[str, Any]]:
+        with self._read() as conn:
+            rows = conn.execute(select(t.regions).order_by(t.regions.c.name))
+            return [{"name": r.name, "description": r.description} for r in rows]
+
+    def add_cluster(self, name: str, region: str) -> None:
+        now = time.time()
+        with self._write() as conn:
+            if (
+                conn.execute(select(t.regions.c.name).where(t.regions.c.name == region)).first()
+                is None
+            ):
+                raise InvalidReferenceError("region", f"unknown region {region!r}")
+            if conn.execute(select(t.clusters.c.name).where(t.clusters.c.name == name)).first():
+                raise AlreadyExistsError("cluster", name)
+            conn.execute(
+                insert(t.clusters).values(
+                    name=name, region=region, state="active", created_at=now, changed_at=now
+                )
+            )
+            self._append(conn, [("cluster_joined", None, None, {"name": name, "region": region})])
+
+    def set_cluster_state(self, name: str, state: str) -> None:
+        """Join (`active`) or leave (`left`): a cluster that left gets no placements; its
+        instances and hosts stay recorded and can be released."""
+        with self._write() as conn:
+            res = conn.execute(
+                update(t.clusters)
+                .where(t.clusters.c.name == name)
+                .values(state=state, changed_at=time.time())
+            )
+            if res.rowcount == 0:
+                raise NotFoundError("cluster", name)
+            kind = "cluster_joined" if state == "active" else "cluster_left"
+            self._append(conn, [(kind, None, None, {"name": name})])
+
+    def list_clusters(self) -> list[ClusterRow]:
+        with self._read() as conn:
+            rows = conn.execute(select(t.clusters).order_by(t.clusters.c.name))
+            return [ClusterRow(r.name, r.region, r.state) for r in rows]
+
+    def add_pool(self, pool: PoolRow) -> None:
+        with self._write() as conn:
+            if not conn.execute(
+                select(t.clusters.c.name).where(t.clusters.c.name == pool.cluster)
+            ).first():
+                raise InvalidReferenceError("cluster", f"unknown cluster {pool.cluster!r}")
+            try:
+                with conn.begin_nested():
+                    conn.execute(
+                        insert(t.pools).values(
+                            cluster=pool.cluster,
+                            name=pool.name,
+                            trait=pool.trait,
+                            description=pool.description,
+                        )
+                    )
+            except IntegrityError:
+                raise AlreadyExistsError("pool", f"{pool.cluster}/{pool.name}") from None
+            self._append(
+                conn, [("pool_added", None, None, {"cluster": pool.cluster, "name": pool.name})]
+            )
+
+    def list_pools(self, cluster: str | None = None) -> list[PoolRow]:
+        q = select(t.pools).order_by(t.pools.c.cluster, t.pools.c.name)
+        if cluster is not None:
+            q = q.where(t.pools.c.cluster == cluster)
+        with self._read() as conn:
+            return [PoolRow(r.cluster, r.name, r.trait, r.description) for r in conn.execute(q)]
+
+    def put_aggregates(self, aggregates: Sequence[Aggregate]) -> None:
+        with self._write() as conn:
+            for agg in aggregates:
+                conn.execute(delete(t.aggregates).where(t.aggregates.c.name == agg.name))
+                conn.execute(insert(t.aggregates).values(name=agg.name, meta=dict(agg.metadata)))
+            self._append(
+                conn,
+                [("aggregates_changed", None, None, {"names": [a.name for a in aggregates]})],
+            )
+
+    def put_pci_aliases(self, aliases: Sequence[PciAlias]) -> None:
+        with self._write() as conn:
+            for a in aliases:
+                conn.execute(delete(t.pci_aliases).where(t.pci_aliases.c.name == a.name))
+                conn.execute(insert(t.pci_aliases).values(name=a.name, device_type=a.device_type))
+            self._append(
+                conn, [("pci_aliases_changed", None, None, {"names": [a.name for a in aliases]})]
+            )
+
+    # ------------------------------------------------------------------ hosts
+    def add_hosts(self, cluster: str, hosts: Sequence[tuple[Host, str | None]]) -> None:
+        """Add hosts (with their pool) to a cluster: one transaction, one `hosts_added` event."""
+        now = time.time()
+        with self._write() as conn:
+            if not conn.execute(
+                select(t.clusters.c.name).where(t.clusters.c.name == cluster)
+            ).first():
+                raise InvalidReferenceError("cluster", f"unknown cluster {cluster!r}")
+            pools = {
+                r.name
+                for r in conn.execute(select(t.pools.c.name).where(t.pools.c.cluster == cluster))
+            }
+            aggs = {r.name for r in conn.execute(select(t.aggregates.c.name))}
+            names = [h.name for h, _ in hosts]
+            existing = conn.execute(select(t.hosts.c.name).where(t.hosts.c.name.in_(names))).first()
+            if existing is not None:
+                raise AlreadyExistsError("host", existing.name)
+            host_rows, cell_rows = [], []
+            for i, (host, pool) in enumerate(hosts):
+                if pool is not None and pool not in pools:
+                    raise InvalidReferenceError(
+                        f"hosts[{i}].pool", f"unknown pool {pool!r} in {cluster}"
+                    )
+                for agg in host.aggregates:
+                    if agg not in aggs:
+                        raise InvalidReferenceError(
+                            f"hosts[{i}].aggregates", f"unknown aggregate {agg!r}"
+                        )
+                host_rows.append(
+                    {
+                        "name": host.name,
+                        "cluster": cluster,
+                        "pool": pool,
+                        "spec": _host_spec(host),
+                        "enabled": host.enabled,
+                        "last_heartbeat": host.last_heartbeat,
+                        "generation": 0,
+                        "created_at": now,
+                    }
+                )
+                for c, cell in enumerate(host.numa_cells):
+                    cell_rows.append(
+                        {
+                            "host": host.name,
+                            "cell": c,
+                            "shared_cpus": cell.shared_cpus,
+                            "dedicated_cpus": cell.dedicated_cpus,
+                            "memory_mb": cell.memory_mb,
+                            "hugepages_mb": cell.hugepages_mb,
+                            "pci": dict(cell.pci),
+                        }
+                    )
+            if host_rows:
+                conn.execute(insert(t.hosts), host_rows)
+                conn.execute(insert(t.host_cells), cell_rows)
+            self._append(conn, [("hosts_added", None, None, {"cluster": cluster, "hosts": names})])
+
+    def get_host(self, name: str) -> HostRecord:
+        with self._read() as conn:
+            found = self._hosts(conn, [name])
+        if not found:
+            raise NotFoundError("host", name)
+        return found[0]
+
+    def list_hosts(self, cluster: str | None = None) -> list[HostRecord]:
+        with self._read() as conn:
+            names = None
+            if cluster is not None:
+                names = [
+                    r.name
+                    for r in conn.execute(
+                        select(t.hosts.c.name).where(t.hosts.c.cluster == cluster)
+                    )
+                ]
+            return self._hosts(conn, names)
+
+    def set_host_enabled(self, name: str, enabled: bool) -> EventRow:
+        with self._write() as conn:
+            gen = conn.execute(
+                update(t.hosts)
+                .where(t.hosts.c.name == name)
+                .values(enabled=enabled, generation=t.hosts.c.generation + 1)
+                .returning(t.hosts.c.generation)
+            ).scalar()
+            if gen is None:
+                raise NotFoundError("host", name)
+            return self._append(conn, [("host_state", name, int(gen), {"enabled": enabled})])[0]
+
+    def report(
+        self,
+        name: str,
+        timestamp: float,
+        report: dict[str, Any] | None,
+    ) -> bool:
+        """Record a heartbeat (and the host's own view when given); older never overwrite newer.
+
+        Returns False when the report was older than what is recorded (nothing changed).
+        """
+        with self._write() as conn:
+            cur = conn.execute(
+                select(t.hosts.c.last_heartbeat, t.hosts.c.report_ts).where(t.hosts.c.name == name)
+            ).first()
+            if cur is None:
+                raise NotFoundError("host", name)
+            values: dict[str, Any] = {}
+            if cur.last_heartbeat is None or timestamp > cur.last_heartbeat:
+                values["last_heartbeat"] = timestamp
+            if report is not None and (cur.report_ts is None or timestamp > cur.report_ts):
+                values["report"] = report
+                values["report_ts"] = timestamp
+            if not values:
+                return False
+            conn.execute(update(t.hosts).where(t.hosts.c.name == name).values(**values))
+            return True
+
+    def touch_heartbeats(self, now: float, max_age: float) -> int:
+        """Heartbeat every host that is live now (`berth serve --simulate-agents`, the demo's
+        stand-in for compute agents; hosts already down stay down)."""
+        with self._write() as conn:
+            res = conn.execute(
+                update(t.hosts)
+                .where(t.hosts.c.last_heartbeat >= now - max_age, t.hosts.c.last_heartbeat < now)
+                .values(last_heartbeat=now)
+            )
+            return int(res.rowcount)
+
+    def reconcile(self, hosts: Sequence[str] | None = None) -> list[EventRow]:
+        """Compare each host's latest reported instances with the instances Berth records.
+
+        Every discrepancy (an instance Berth knows that the host does not report, or one the host
+        runs that Berth does not know) is recorded as a `discrepancy` event. A report is
+        reconciled once; a host that never reported its instances is skipped.
+        """
+        with self._write() as conn:
+            q = select(t.hosts.c.name, t.hosts.c.report, t.hosts.c.report_ts).where(
+                t.hosts.c.report_ts.is_not(None),
+                or_(
+                    t.hosts.c.reconciled_ts.is_(None),
+                    t.hosts.c.reconciled_ts < t.hosts.c.report_ts,
+                ),
+            )
+            if hosts is not None:
+                q = q.where(t.hosts.c.name.in_(hosts))
+            found = []
+            for row in conn.execute(q).all():
+                reported = row.report.get("instances")
+                if reported is None:
+                    continue
+                known = {
+                    r.id
+                    for r in conn.execute(
+                        select(t.instances.c.id).where(t.instances.c.host == row.name)
+                    )
+                }
+                missing = sorted(known - set(reported))
+                unknown = sorted(set(reported) - known)
+                conn.execute(
+                    update(t.hosts)
+                    .where(t.hosts.c.name == row.name)
+                    .values(reconciled_ts=row.report_ts)
+                )
+                if missing or unknown:
+                    found.append(
+                        (
+                            "discrepancy",
+                            row.name,
+                            None,
+                            {
+                                "report_ts": row.report_ts,
+                                "missing_on_host": missing,
+                                "unknown_to_berth": unknown,
+                            },
+                        )
+                    )
+            return self._append(conn, found)
+
+    # ------------------------------------------------------------------ catalogue
+    def add_flavor(self, flavor: Flavor) -> None:
+        try:
+            with self._write() as conn:
+                conn.execute(
+                    insert(t.flavors).values(
+                        name=flavor.name,
+                        spec=flavor.model_dump(mode="json"),
+                        created_at=time.time(),
+                    )
+                )
+                self._append(
+                    conn,
+                    [
+                        (
+                            "flavor_added",
+                            None,
+                            None,
+                            {"name": flavor.name, "spec": flavor.model_dump(mode="json")},
+                        )
+                    ],
+                )
+        except IntegrityError:
+            raise AlreadyExistsError("flavor", flavor.name) from None
+
+    def delete_flavor(self, name: str) -> None:
+        with self._write() as conn:
+            used = conn.execute(
+                select(t.instances.c.id).where(t.instances.c.flavor == name).limit(1)
+            ).first()
+            if used is not None:
+                raise InUseError(f"flavor {name!r} is used by instance {used.id!r}")
+            if conn.execute(delete(t.flavors).where(t.flavors.c.name == name)).rowcount == 0:
+                raise NotFoundError("flavor", name)
+            self._append(conn, [("flavor_deleted", None, None, {"name": name})])
+
+    def list_flavors(self) -> list[Flavor]:
+        with self._read() as conn:
+            rows = conn.execute(select(t.flavors).order_by(t.flavors.c.name))
+            return [Flavor.model_validate(r.spec) for r in rows]
+
+    def add_image(self, image: dict[str, Any]) -> None:
+        try:
+            with self._write() as conn:
+                conn.execute(insert(t.images).values(**image, created_at=time.time()))
+                self._append(conn, [("image_added", None, None, {"name": image["name"]})])
+        except IntegrityError:
+            raise AlreadyExistsError("image", image["name"]) from None
+
+    def list_images(self) -> list[dict[str, Any]]:
+        with self._read() as conn:
+            rows = conn.execute(select(t.images).order_by(t.images.c.name))
+            return [
+                {
+                    "name": r.name,
+                    "architecture": r.architecture,
+                    "hypervisor_type": r.hypervisor_type,
+                    "required_traits": r.required_traits,
+                    "clusters": r.clusters,
+                }
+                for r in rows
+            ]
+
+    def get_image(self, name: str) -> dict[str, Any]:
+        for image in self.list_images():
+            if image["name"] == name:
+                return image
+        raise NotFoundError("image", name)
+
+    def add_ip_pool(self, name: str, cluster: str, cidr: str, total: int) -> None:
+        with self._write() as conn:
+            if not conn.execute(
+                select(t.clusters.c.name).where(t.clusters.c.name == cluster)
+            ).first():
+                raise InvalidReferenceError("cluster", f"unknown cluster {cluster!r}")
+            try:
+                with conn.begin_nested():
+                    conn.execute(
+                        insert(t.ip_pools).values(
+                            name=name,
+                            cluster=cluster,
+                            cidr=cidr,
+                            total=total,
+                            used=0,
+                            created_at=time.time(),
+                        )
+                    )
+            except IntegrityError:
+                raise AlreadyExistsError("network", name) from None
+            self._append(conn, [("network_added", None, None, {"name": name, "cluster": cluster})])
+
+    def list_ip_pools(self) -> list[dict[str, Any]]:
+        with self._read() as conn:
+            rows = conn.execute(select(t.ip_pools).order_by(t.ip_pools.c.name))
+            return [
+                {
+                    "name": r.name,
+                    "cluster": r.cluster,
+                    "cidr": r.cidr,
+                    "total": r.total,
+                    "used": r.used,
+                }
+                for r in rows
+            ]
+
+    # ------------------------------------------------------------------ deployment sets
+    def add_group(self, group: GroupRow) -> None:
+        try:
+            with self._write() as conn:
+                conn.execute(
+                    insert(t.deployment_sets).values(
+                        id=group.id,
+                        project=group.project,
+                        policy=group.policy,
+                        max_per_host=group.max_per_host,
+                        max_size=group.max_size,
+                        generation=0,
+                        created_at=time.time(),
+                    )
+                )
+                payload = {
+                    "id": group.id,
+                    "project": group.project,
+                    "policy": group.policy,
+                    "max_per_host": group.max_per_host,
+                    "max_size": group.max_size,
+                }
+                self._append(conn, [("group_added", None, None, payload)])
+        except IntegrityError:
+            raise AlreadyExistsError("deployment set", group.id) from None
+
+    def delete_group(self, group_id: str) -> None:
+        with self._write() as conn:
+            used = conn.execute(
+                select(t.instances.c.id).where(t.instances.c.server_group == group_id).limit(1)
+            ).first()
+            if used is not None:
+                raise InUseError(f"deployment set {group_id!r} still has instance {used.id!r}")
+            res = conn.execute(delete(t.deployment_sets).where(t.deployment_sets.c.id == group_id))
+            if res.rowcount == 0:
+                raise NotFoundError("deployment set", group_id)
+            self._append(conn, [("group_deleted", None, None, {"id": group_id})])
+
+    def list_groups(self, project: str | None = None) -> list[GroupRow]:
+        q = select(t.deployment_sets).order_by(t.deployment_sets.c.id)
+        if project is not None:
+            q = q.where(t.deployment_sets.c.project == project)
+        with self._read() as conn:
+            return [
+                GroupRow(r.id, r.project, r.policy, r.max_per_host, r.max_size, int(r.generation))
+                for r in conn.execute(q)
+            ]
+
+    def group_members(self, group_id: str) -> list[str]:
+        with self._read() as conn:
+            rows = conn.execute(
+                select(t.instances.c.id).where(t.instances.c.server_group == group_id)
+            )
+            return [r.id for r in rows]
+
+    # ------------------------------------------------------------------ claims
+    def commit_placement(
+        self,
+        *,
+        placement_id: str,
+        instances: Sequence[NewInstance],
+        host_generations: dict[str, int],
+        group_generations: dict[str, int],
+        capacities: dict[str, HostCapacity],
+        evict: Sequence[tuple[str, str]] = (),
+        idempotent: Idempotent | None = None,
+        outcome: Outcome | None = None,
+    ) -> CommitResult:
+        """Claim `instances` (after evicting `evict`: (instance id, reason)) all or nothing.
+
+        Raises `GenerationConflictError` when a touched host or deployment set is no longer at the
+        generation read, `PlanRejectedError` when the footprints no longer fit the current rows,
+        `IdempotencyRaceError` when the idempotency key was used meanwhile. Nothing is written then.
+        """
+        now = time.time()
+        result = CommitResult()
+        try:
+            with self._write() as conn:
+                # 1. deployment sets, then hosts, each in name order (no lock-order deadlocks)
+                for gid in sorted(group_generations):
+                    gen = conn.execute(
+                        update(t.deployment_sets)
+                        .where(
+                            t.deployment_sets.c.id == gid,
+                            t.deployment_sets.c.generation == group_generations[gid],
+                        )
+                        .values(generation=t.deployment_sets.c.generation + 1)
+                        .returning(t.deployment_sets.c.generation)
+                    ).scalar()
+                    if gen is None:
+                        raise GenerationConflictError("deployment set", gid)
+                    result.groups[gid] = int(gen)
+                ops: dict[str, int] = dict.fromkeys(host_generations, 0)
+                victims = self._victims(conn, evict)
+                for v in victims:
+                    if v.host not in ops:
+                        raise PlanRejectedError(
+                            f"eviction of {v.id!r} touches unread host {v.host!r}"
+                        )
+                    ops[v.host] += 1
+                for inst in instances:
+                    if inst.host not in ops:
+                        raise PlanRejectedError(
+                            f"instance {inst.id!r} on unread host {inst.host!r}"
+                        )
+                    ops[inst.host] += 1
+                for host in sorted(host_generations):
+                    res = conn.execute(
+                        update(t.hosts)
+                        .where(
+                            t.hosts.c.name == host,
+                            t.hosts.c.generation == host_generations[host],
+                        )
+                        .values(generation=t.hosts.c.generation + ops[host])
+                    )
+                    if res.rowcount != 1:
+                        raise GenerationConflictError("host", host)
+                # 2. evictions
+                items: list[tuple[str, str | None, int | None, dict[str, Any]]] = []
+                step = dict.fromkeys(host_generations, 0)
+                for v, (_, reason) in zip(victims, evict, strict=True):
+                    conn.execute(delete(t.instances).where(t.instances.c.id == v.id))
+                    conn.execute(
+                        insert(t.evictions).values(
+                            instance_id=v.id,
+                            host=v.host,
+                            project=v.project,
+                            flavor=v.flavor,
+                            reason=reason,
+                            placement_id=placement_id,
+                            created_at=now,
+                        )
+                    )
+                    step[v.host] += 1
+                    victim_group_gen = None
+                    if v.server_group is not None:
+                        victim_group_gen = conn.execute(
+                            update(t.deployment_sets)
+                            .where(t.deployment_sets.c.id == v.server_group)
+                            .values(generation=t.deployment_sets.c.generation + 1)
+                            .returning(t.deployment_sets.c.generation)
+                        ).scalar()
+                        if v.server_group in result.groups and victim_group_gen is not None:
+                            result.groups[v.server_group] = int(victim_group_gen)
+                    items.append(
+                        (
+                            "instance_released",
+                            v.host,
+                            host_generations[v.host] + step[v.host],
+                            {
+                                "instance_id": v.id,
+                                "cluster": v.cluster,
+                                "server_group": v.server_group,
+                                "group_generation": victim_group_gen,
+                                "evicted": True,
+                                "reason": reason,
+                            },
+                        )
+                    )
+                    result.evicted.append(v)
+                # 3. re-verify the plan against the current rows of the touched hosts
+                self._verify(conn, instances, capacities, group_generations)
+                # 4. claims
+                conn.execute(
+                    insert(t.instances),
+                    [
+                        {
+                            "id": i.id,
+                            "project": i.project,
+                            "flavor": i.flavor,
+                            "host": i.host,
+                            "cluster": i.cluster,
+                            "server_group": i.server_group,
+                            "placement": i.footprint,
+                            "placement_id": placement_id,
+                            "business_type": i.business_type,
+                            "preemptible": i.preemptible,
+                            "migratable": i.migratable,
+                            "created_at": now,
+                        }
+                        for i in instances
+                    ],
+                )
+                for i in instances:
+                    step[i.host] += 1
+                    items.append(
+                        (
+                            "instance_claimed",
+                            i.host,
+                            host_generations[i.host] + step[i.host],
+                            {
+                                "instance_id": i.id,
+                                "cluster": i.cluster,
+                                "flavor": i.flavor,
+                                "footprint": i.footprint,
+                                "server_group": i.server_group,
+                                "group_generation": result.groups.get(i.server_group or ""),
+                                "project": i.project,
+                                "placement_id": placement_id,
+                                "preemptible": i.preemptible,
+                            },
+                        )
+                    )
+                if idempotent is not None:
+                    conn.execute(
+                        insert(t.idempotency).values(
+                            principal=idempotent.principal,
+                            key=idempotent.key,
+                            request_hash=idempotent.request_hash,
+                            status=idempotent.status,
+                            response=idempotent.response,
+                            created_at=now,
+                        )
+                    )
+                if outcome is not None:
+                    self._outcome(conn, outcome, now)
+                result.events = self._append(conn, items)
+        except IntegrityError as exc:
+            if idempotent is not None and "idempotency" in str(exc.orig).lower():
+                raise IdempotencyRaceError(f"idempotency key {idempotent.key!r} was used") from None
+            raise PlanRejectedError(f"conflicting write: {exc.orig}") from None
+        return result
+
+    def _victims(self, conn: Connection, evict: Sequence[tuple[str, str]]) -> list[InstanceRow]:
+        out = []
+        for iid, _ in evict:
+            row = conn.execute(select(t.instances).where(t.instances.c.id == iid)).first()
+            if row is None:
+                raise GenerationConflictError("instance", iid)
+            out.append(_instance(row))
+        return out
+
+    def _verify(
+        self,
+        conn: Connection,
+        new: Sequence[NewInstance],
+        capacities: dict[str, HostCapacity],
+        group_generations: dict[str, int],
+    ) -> None:
+        hosts = sorted({i.host for i in new})
+        if not hosts:
+            return
+        rows = conn.execute(
+            select(t.instances.c.host, t.instances.c.server_group, t.instances.c.placement).where(
+                t.instances.c.host.in_(hosts)
+            )
+        ).all()
+        by_host: dict[str, list[Footprint]] = {h: [] for h in hosts}
+        members: dict[tuple[str, str], int] = {}
+        for r in rows:
+            by_host[r.host].append(r.placement)
+            if r.server_group is not None:
+                members[(r.server_group, r.host)] = members.get((r.server_group, r.host), 0) + 1
+        for i in new:
+            by_host[i.host].append(i.footprint)
+            if i.server_group is not None:
+                members[(i.server_group, i.host)] = members.get((i.server_group, i.host), 0) + 1
+        for host in hosts:
+            cap = capacities.get(host)
+            if cap is None:
+                raise PlanRejectedError(f"no inventory given for host {host!r}")
+            cell_used = np.zeros_like(cap.cell_cap)
+            host_used = np.zeros_like(cap.host_cap)
+            for fp in by_host[host]:
+                c, h = to_arrays(fp, cap.device_types)
+                cell_used += c
+                host_used += h
+            if (cell_used > cap.cell_cap).any() or (host_used > cap.host_cap).any():
+                raise PlanRejectedError(f"host {host!r} would be over-committed")
+        for gid in group_generations:
+            g = conn.execute(select(t.deployment_sets).where(t.deployment_sets.c.id == gid)).first()
+            if g is None:
+                raise PlanRejectedError(f"deployment set {gid!r} no longer exists")
+            if g.policy == "anti-affinity":
+                for (group, host), n in members.items():
+                    if group == gid and n > g.max_per_host:
+                        raise PlanRejectedError(
+                            f"deployment set {gid!r} would have {n} members on host {host!r}"
+                        )
+            if g.max_size is not None:
+                size = conn.execute(
+                    select(func.count()).where(t.instances.c.server_group == gid)
+                ).scalar_one()
+                adding = sum(1 for i in new if i.server_group == gid)
+                if size + adding > g.max_size:
+                    raise PlanRejectedError(
+                        f"deployment set {gid!r} would exceed {g.max_size} members"
+                    )
+
+    def release(
+        self, instance_id: str, *, project: str | None = None, reason: str | None = None
+    ) -> tuple[InstanceRow, EventRow]:
+        """Delete an instance and free its footprint (bumping its host's generation).
+
+        With `project`, only an instance of that project is found (others are "not found").
+        With `reason`, the release is recorded as an eviction.
+        """
+        with self._write() as conn:
+            q = select(t.instances).where(t.instances.c.id == instance_id)
+            if project is not None:
+                q = q.where(t.instances.c.project == project)
+            row = conn.execute(q).first()
+            if row is None:
+                raise NotFoundError("instance", instance_id)
+            inst = _instance(row)
+            conn.execute(delete(t.instances).where(t.instances.c.id == instance_id))
+            gen = conn.execute(
+                update(t.hosts)
+                .where(t.hosts.c.name == inst.host)
+                .values(generation=t.hosts.c.generation + 1)
+                .returning(t.hosts.c.generation)
+            ).scalar_one()
+            group_gen = None
+            if inst.server_group is not None:
+                group_gen = conn.execute(
+                    update(t.deployment_sets)
+                    .where(t.deployment_sets.c.id == inst.server_group)
+                    .values(generation=t.deployment_sets.c.generation + 1)
+                    .returning(t.deployment_sets.c.generation)
+                ).scalar()
+            if reason is not None:
+                conn.execute(
+                    insert(t.evictions).values(
+                        instance_id=inst.id,
+                        host=inst.host,
+                        project=inst.project,
+                        flavor=inst.flavor,
+                        reason=reason,
+                        placement_id=None,
+                        created_at=time.time(),
+                    )
+                )
+            payload = {
+                "instance_id": inst.id,
+                "cluster": inst.cluster,
+                "server_group": inst.server_group,
+                "group_generation": group_gen,
+                "evicted": reason is not None,
+                "reason": reason,
+            }
+            ev = self._append(conn, [("instance_released", inst.host, int(gen), payload)])
+            return inst, ev[0]
+
+    # ------------------------------------------------------------------ instances
+    def get_instance(self, instance_id: str) -> InstanceRow:
+        with self._read() as conn:
+            row = conn.execute(select(t.instances).where(t.instances.c.id == instance_id)).first()
+        if row is None:
+            raise NotFoundError("instance", instance_id)
+        return _instance(row)
+
+    def list_instances(
+        self,
+        *,
+        project: str | None = None,
+        host: str | None = None,
+        cluster: str | None = None,
+        placement_id: str | None = None,
+        server_group: str | None = None,
+        limit: int = 1000,
+        after: str | None = None,
+    ) -> list[InstanceRow]:
+        conds = []
+        if project is not None:
+            conds.append(t.instances.c.project == project)
+        if host is not None:
+            conds.append(t.instances.c.host == host)
+        if cluster is not None:
+            conds.append(t.instances.c.cluster == cluster)
+        if placement_id is not None:
+            conds.append(t.instances.c.placement_id == placement_id)
+        if server_group is not None:
+            conds.append(t.instances.c.server_group == server_group)
+        if after is not None:
+            conds.append(t.instances.c.id > after)
+        q = select(t.instances).where(and_(True, *conds)).order_by(t.instances.c.id).limit(limit)
+        with self._read() as conn:
+            return [_instance(r) for r in conn.execute(q)]
+
+    def list_evictions(self, project: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
+        q = select(t.evictions).order_by(t.evictions.c.id).limit(limit)
+        if project is not None:
+            q = q.where(t.evictions.c.project == project)
+        with self._read() as conn:
+            return [
+                {
+                    "id": int(r.id),
+                    "instance_id": r.instance_id,
+                    "host": r.host,
+                    "project": r.project,
+                    "flavor": r.flavor,
+                    "reason": r.reason,
+                    "placement_id": r.placement_id,
+                    "created_at": r.created_at,
+                }
+                for r in conn.execute(q)
+            ]
+
+    # ------------------------------------------------------------------ idempotency & outcomes
+    def get_idempotent(self, principal: str, key: str) -> Idempotent | None:
+        with self._read() as conn:
+            row = conn.execute(
+                select(t.idempotency).where(
+                    t.idempotency.c.principal == principal, t.idempotency.c.key == key
+                )
+            ).first()
+        if row is None:
+            return None
+        return Idempotent(row.principal, row.key, row.request_hash, row.status, row.response)
+
+    def _outcome(self, conn: Connection, o: Outcome, now: float) -> None:
+        conn.execute(
+            insert(t.placement_outcomes).values(
+                ts=now,
+                day=day_of(now),
+                outcome=o.outcome,
+                reason=o.reason,
+                flavor=o.flavor,
+                project=o.project,
+                num_instances=o.num_instances,
+                latency_ms=o.latency_ms,
+            )
+        )
+
+    def record_outcome(self, outcome: Outcome) -> None:
+        with self._write() as conn:
+            self._outcome(conn, outcome, time.time())
+
+    def stats(self, days: int = 30, now: float | None = None) -> list[dict[str, Any]]:
+        """Per day: requests, successes, success rate, failures by reason."""
+        since = day_of((now or time.time()) - days * 86400)
+        q = (
+            select(
+                t.placement_outcomes.c.day,
+                t.placement_outcomes.c.outcome,
+                t.placement_outcomes.c.reason,
+                func.count(),
+            )
+            .where(t.placement_outcomes.c.day > since)
+            .group_by(
+                t.placement_outcomes.c.day,
+                t.placement_outcomes.c.outcome,
+                t.placement_outcomes.c.reason,
+            )
+        )
+        out: dict[str, dict[str, Any]] = {}
+        with self._read() as conn:
+            for day, outcome, reason, n in conn.execute(q):
+                d = out.setdefault(day, {"day": day, "requests": 0, "successes": 0, "failures": {}})
+                d["requests"] += n
+                if outcome == "success":
+                    d["successes"] += n
+                else:
+                    d["failures"][reason] = d["failures"].get(reason, 0) + n
+        for d in out.values():
+            d["success_rate"] = d["successes"] / d["requests"] if d["requests"] else None
+        return [out[k] for k in sorted(out)]
+
+    # ------------------------------------------------------------------ tokens
+    def create_token(
+        self, name: str, role: str, project: str | None = None
+    ) -> tuple[TokenRow, str]:
+        """A new bearer token; the secret is returned once and only its hash is stored."""
+        if role not in ROLES:
+            raise InvalidReferenceError("role", f"must be one of {', '.join(ROLES)}")
+        if role == "tenant" and not project:
+            raise InvalidReferenceError("project", "a tenant token needs a project")
+        secret = "berth_" + secrets.token_urlsafe(32)
+        row = TokenRow(secrets.token_hex(8), name, role, project, False, time.time())
+        with self._write() as conn:
+            conn.execute(
+                insert(t.tokens).values(
+                    id=row.id,
+                    name=name,
+                    role=role,
+                    project=project,
+                    hash=hash_token(secret),
+                    revoked=False,
+                    created_at=row.created_at,
+                )
+            )
+        return row, secret
+
+    def lookup_token(self, secret: str) -> TokenRow | None:
+        with self._read() as conn:
+            r = conn.execute(select(t.tokens).where(t.tokens.c.hash == hash_token(secret))).first()
+        if r is None or r.revoked:
+            return None
+        return TokenRow(r.id, r.name, r.role, r.project, bool(r.revoked), r.created_at)
+
+    def list_tokens(self) -> list[TokenRow]:
+        with self._read() as conn:
+            rows = conn.execute(select(t.tokens).order_by(t.tokens.c.created_at))
+            return [
+                TokenRow(r.id, r.name, r.role, r.project, bool(r.revoked), r.created_at)
+                for r in rows
+            ]
+
+    def revoke_token(self, token_id: str) -> None:
+        with self._write() as conn:
+            res = conn.execute(
+                update(t.tokens).where(t.tokens.c.id == token_id).values(revoked=True)
+            )
+            if res.rowcount == 0:
+                raise NotFoundError("token", token_id)
+
+    # ------------------------------------------------------------------ checks
+    def is_empty(self) -> bool:
+        with self._read() as conn:
+            return conn.execute(select(t.hosts.c.name).limit(1)).first() is None
+
+    def counts(self) -> dict[str, int]:
+        with self._read() as conn:
+            return {
+                name: int(conn.execute(select(func.count()).select_from(table)).scalar_one())
+                for name, table in (
+                    ("hosts", t.hosts),
+                    ("instances", t.instances),
+                    ("events", t.events),
+                    ("flavors", t.flavors),
+                )
+            }

@@ -1,0 +1,246 @@
+"""The database schema (SQLAlchemy Core): topology, inventory, instances, tokens, event log.
+
+One schema for SQLite and PostgreSQL. Usage is never stored as a counter: a host's use is the
+sum of its instances' exact footprints (`instances.placement`), and every change to a host bumps
+`hosts.generation` in the same transaction that writes the change and its event. The Alembic
+migrations in `berth/store/migrations` create exactly these tables (a test compares them).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    Double,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING)
+
+Json = JSON().with_variant(JSONB(), "postgresql")
+# SQLite only auto-increments an INTEGER PRIMARY KEY; PostgreSQL gets a 64-bit identity.
+Serial = BigInteger().with_variant(Integer(), "sqlite")
+NAME = 255
+
+regions = Table(
+    "regions",
+    metadata,
+    Column("name", String(NAME), primary_key=True),
+    Column("description", Text, nullable=False, server_default=""),
+    Column("created_at", Double, nullable=False),
+)
+
+clusters = Table(
+    "clusters",
+    metadata,
+    Column("name", String(NAME), primary_key=True),
+    Column("region", String(NAME), ForeignKey("regions.name"), nullable=False),
+    Column("state", String(16), nullable=False, server_default="active"),
+    Column("created_at", Double, nullable=False),
+    Column("changed_at", Double, nullable=False),
+)
+
+pools = Table(
+    "pools",
+    metadata,
+    Column("cluster", String(NAME), ForeignKey("clusters.name"), nullable=False),
+    Column("name", String(NAME), nullable=False),
+    Column("trait", String(NAME), nullable=False),
+    Column("description", Text, nullable=False, server_default=""),
+    PrimaryKeyConstraint("cluster", "name"),
+)
+
+aggregates = Table(
+    "aggregates",
+    metadata,
+    Column("name", String(NAME), primary_key=True),
+    Column("meta", Json, nullable=False),
+)
+
+pci_aliases = Table(
+    "pci_aliases",
+    metadata,
+    Column("name", String(NAME), primary_key=True),
+    Column("device_type", String(NAME), nullable=False),
+)
+
+hosts = Table(
+    "hosts",
+    metadata,
+    Column("name", String(NAME), primary_key=True),
+    Column("cluster", String(NAME), ForeignKey("clusters.name"), nullable=False),
+    Column("pool", String(NAME), nullable=True),
+    Column("spec", Json, nullable=False),  # the core Host model, less cells, enabled, heartbeat
+    Column("enabled", Boolean, nullable=False),
+    Column("last_heartbeat", Double, nullable=True),
+    Column("generation", BigInteger, nullable=False, server_default="0"),
+    Column("report", Json, nullable=True),  # the host's own view, from its latest report
+    Column("report_ts", Double, nullable=True),
+    Column("reconciled_ts", Double, nullable=True),
+    Column("created_at", Double, nullable=False),
+    Index("ix_hosts_cluster", "cluster"),
+    ForeignKeyConstraint(
+        ["cluster", "pool"], ["pools.cluster", "pools.name"], name="fk_hosts_pool_pools"
+    ),
+)
+
+host_cells = Table(
+    "host_cells",
+    metadata,
+    Column("host", String(NAME), ForeignKey("hosts.name", ondelete="CASCADE"), nullable=False),
+    Column("cell", Integer, nullable=False),
+    Column("shared_cpus", Integer, nullable=False),
+    Column("dedicated_cpus", Integer, nullable=False),
+    Column("memory_mb", BigInteger, nullable=False),
+    Column("hugepages_mb", BigInteger, nullable=False),
+    Column("pci", Json, nullable=False),  # device type -> count, local to this cell
+    PrimaryKeyConstraint("host", "cell"),
+)
+
+flavors = Table(
+    "flavors",
+    metadata,
+    Column("name", String(NAME), primary_key=True),
+    Column("spec", Json, nullable=False),  # the core Flavor model
+    Column("created_at", Double, nullable=False),
+)
+
+images = Table(
+    "images",
+    metadata,
+    Column("name", String(NAME), primary_key=True),
+    Column("architecture", String(NAME), nullable=True),
+    Column("hypervisor_type", String(NAME), nullable=True),
+    Column("required_traits", Json, nullable=False),
+    Column("clusters", Json, nullable=True),  # clusters that hold the image; null = all
+    Column("created_at", Double, nullable=False),
+)
+
+ip_pools = Table(
+    "ip_pools",
+    metadata,
+    Column("name", String(NAME), primary_key=True),
+    Column("cluster", String(NAME), ForeignKey("clusters.name"), nullable=False),
+    Column("cidr", String(64), nullable=False),
+    Column("total", Integer, nullable=False),
+    Column("used", Integer, nullable=False, server_default="0"),
+    Column("created_at", Double, nullable=False),
+)
+
+deployment_sets = Table(
+    "deployment_sets",
+    metadata,
+    Column("id", String(NAME), primary_key=True),
+    Column("project", String(NAME), nullable=False),
+    Column("policy", String(32), nullable=False),
+    Column("max_per_host", Integer, nullable=False, server_default="1"),
+    Column("max_size", Integer, nullable=True),
+    Column("generation", BigInteger, nullable=False, server_default="0"),
+    Column("created_at", Double, nullable=False),
+)
+
+instances = Table(
+    "instances",
+    metadata,
+    Column("id", String(NAME), primary_key=True),
+    Column("project", String(NAME), nullable=False),
+    Column("flavor", String(NAME), ForeignKey("flavors.name"), nullable=False),
+    Column("host", String(NAME), ForeignKey("hosts.name"), nullable=False),
+    Column("cluster", String(NAME), nullable=False),
+    Column("server_group", String(NAME), ForeignKey("deployment_sets.id"), nullable=True),
+    Column("placement", Json, nullable=False),  # exact footprint: per-cell and host use
+    Column("placement_id", String(NAME), nullable=True),
+    Column("business_type", String(32), nullable=False, server_default="on-demand"),
+    Column("preemptible", Boolean, nullable=False, server_default="0"),
+    Column("migratable", Boolean, nullable=False, server_default="1"),
+    Column("created_at", Double, nullable=False),
+    Index("ix_instances_host", "host"),
+    Index("ix_instances_project", "project"),
+    Index("ix_instances_server_group", "server_group"),
+    Index("ix_instances_placement_id", "placement_id"),
+)
+
+evictions = Table(
+    "evictions",
+    metadata,
+    Column("id", Serial, primary_key=True, autoincrement=True),
+    Column("instance_id", String(NAME), nullable=False),
+    Column("host", String(NAME), nullable=False),
+    Column("project", String(NAME), nullable=False),
+    Column("flavor", String(NAME), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("placement_id", String(NAME), nullable=True),
+    Column("created_at", Double, nullable=False),
+    sqlite_autoincrement=True,
+)
+
+tokens = Table(
+    "tokens",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("name", String(NAME), nullable=False),
+    Column("role", String(16), nullable=False),
+    Column("project", String(NAME), nullable=True),
+    Column("hash", String(64), nullable=False, unique=True),  # sha256 of the secret, hex
+    Column("revoked", Boolean, nullable=False, server_default="0"),
+    Column("created_at", Double, nullable=False),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", Serial, primary_key=True, autoincrement=True),
+    Column("ts", Double, nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("host", String(NAME), nullable=True),
+    Column("generation", BigInteger, nullable=True),
+    Column("replica", String(64), nullable=False),
+    Column("payload", Json, nullable=False),
+    sqlite_autoincrement=True,
+)
+
+idempotency = Table(
+    "idempotency",
+    metadata,
+    Column("principal", String(NAME), nullable=False),
+    Column("key", String(NAME), nullable=False),
+    Column("request_hash", String(64), nullable=False),
+    Column("status", Integer, nullable=False),
+    Column("response", Json, nullable=False),
+    Column("created_at", Double, nullable=False),
+    PrimaryKeyConstraint("principal", "key"),
+)
+
+placement_outcomes = Table(
+    "placement_outcomes",
+    metadata,
+    Column("id", Serial, primary_key=True, autoincrement=True),
+    Column("ts", Double, nullable=False),
+    Column("day", String(10), nullable=False),
+    Column("outcome", String(16), nullable=False),
+    Column("reason", String(64), nullable=False),
+    Column("flavor", String(NAME), nullable=False),
+    Column("project", String(NAME), nullable=False),
+    Column("num_instances", Integer, nullable=False),
+    Column("latency_ms", Double, nullable=False),
+    Index("ix_placement_outcomes_day", "day"),
+    sqlite_autoincrement=True,
+)
