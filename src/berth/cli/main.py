@@ -328,6 +328,9 @@ def demo(
 
 # ---------------------------------------------------------------------------- subcommands
 # Command groups that live in their own modules register themselves here, one line each.
+from berth.cli.service import register as _register_service  # noqa: E402
+
+_register_service(app)
 
 
 def main() -> None:  # pragma: no cover - console entry

@@ -18,6 +18,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
 DEFAULT_SQLITE_FILE = "berth.db"
+UPGRADE_LOCK = 0x42455255
 
 
 def normalise_url(url: str) -> str:
@@ -82,10 +83,18 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     """Bring the schema to `revision` (idempotent)."""
     cfg = alembic_config(engine.url.render_as_string(hide_password=False))
     with engine.connect() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, revision)
-        if conn.in_transaction():
+        if not is_sqlite(engine):  # replicas starting together upgrade one at a time
+            conn.exec_driver_sql(f"SELECT pg_advisory_lock({UPGRADE_LOCK})")
             conn.commit()
+        try:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, revision)
+            if conn.in_transaction():
+                conn.commit()
+        finally:
+            if not is_sqlite(engine):
+                conn.exec_driver_sql(f"SELECT pg_advisory_unlock({UPGRADE_LOCK})")
+                conn.commit()
 
 
 def current_revision(engine: Engine) -> str | None:
