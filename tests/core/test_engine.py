@@ -588,6 +588,17 @@ def test_capacity_counts():
     assert limited.capacity(table, "p", NOW).tolist() == [3, 2, 0, 2, 1]
     # a filter list without the compute filter counts the disabled host
     assert scheduler(["ram"]).capacity(table, "p", NOW).tolist() == [3, 2, 3, 2, 5]
+    # the instance limit binds on 'busy': exactly one more goes there
+    others = tuple(n for n in table.names if n != "busy")
+    place(limited, table, "p", ignore_hosts=others, seed=1)
+    with pytest.raises(NoValidHost, match="1 already runs 4 instances"):
+        limited.select_destinations(table, request("p", ignore_hosts=others, seed=2), NOW)
+    assert limited.capacity(table, "p", NOW).tolist() == [3, 2, 0, 2, 0]
+
+
+def test_capacity_of_an_empty_fleet():
+    table = table_of([], [flavor("f")])
+    assert scheduler().capacity(table, "f", NOW).tolist() == []
 
 
 def test_capacity_respects_page_size_and_static_filters():

@@ -271,6 +271,20 @@ def test_stated_placement_must_have_the_flavor_shape():
         table_of(hosts, flavors, [instance("b", "h", "e", numa=[(0, 3, 1024), (1, 1, 1024)])])
 
 
+@pytest.mark.xfail(
+    strict=True,
+    raises=pytest.fail.Exception,  # "DID NOT RAISE"
+    reason="bug: HostTable.claim (and so claim_existing / from_fleet) checks only over-commit, "
+    "not the huge-page size the NUMA filter requires (page_size_ok): a 1 GB-page guest is "
+    "claimed on a host that only has 2 MB pages",
+)
+def test_claim_refuses_a_host_with_the_wrong_page_size():
+    hosts = [host("h", pcpus=4, mem=0, huge=4096, page_kb=2048)]
+    flavors = [flavor("hp", vcpus=1, mem=1024, pinned=True, page="1GB")]
+    with pytest.raises(FleetError):
+        table_of(hosts, flavors, [instance("a", "h", "hp")])
+
+
 def test_hugepage_claims_use_the_huge_column():
     hosts = [host("h", pcpus=4, mem=1024, huge=4096, page_kb=2048)]
     table = table_of(hosts, [flavor("hp", vcpus=1, mem=2048, pinned=True, page="2MB")])
