@@ -1,0 +1,330 @@
+"""The store contract: every test runs on SQLite and on PostgreSQL (see conftest.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+
+from berth.core.model import Flavor
+from berth.core.table import HostTable
+from berth.service.demo import load_fleet_into
+from berth.store.audit import audit
+from berth.store.db import current_revision, upgrade
+from berth.store.errors import (
+    AlreadyExistsError,
+    GenerationConflictError,
+    IdempotencyRaceError,
+    InUseError,
+    InvalidReferenceError,
+    NotFoundError,
+    PlanRejectedError,
+)
+from berth.store.footprint import to_named
+from berth.store.repo import (
+    GroupRow,
+    HostCapacity,
+    Idempotent,
+    NewInstance,
+    Outcome,
+    PoolRow,
+    Store,
+)
+from berth.store.schema import metadata
+from tests.store.fleets import NOW, claim_one, host, small_fleet
+
+
+def loaded(store: Store, n: int = 4) -> None:
+    load_fleet_into(store, small_fleet(n), {"c1": "r1"}, now=NOW)
+
+
+def test_migrations_match_the_schema_and_are_idempotent(store):
+    upgrade(store.engine)
+    assert current_revision(store.engine) == "0001"
+    with store.engine.connect() as conn:
+        assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+
+
+def test_topology_rows_and_errors(store):
+    loaded(store)
+    assert [r["name"] for r in store.list_regions()] == ["r1"]
+    assert [(c.name, c.region, c.state) for c in store.list_clusters()] == [("c1", "r1", "active")]
+    with pytest.raises(AlreadyExistsError):
+        store.add_region("r1")
+    with pytest.raises(InvalidReferenceError) as exc:
+        store.add_cluster("c2", "nowhere")
+    assert exc.value.field == "region"
+    with pytest.raises(AlreadyExistsError):
+        store.add_hosts("c1", [(host("h-c1-0"), None)])
+    with pytest.raises(InvalidReferenceError):
+        store.add_hosts("c1", [(host("h-c1-9"), "no-such-pool")])
+    store.add_pool(PoolRow("c1", "gpu", "CUSTOM_POOL_GPU"))
+    with pytest.raises(AlreadyExistsError):
+        store.add_pool(PoolRow("c1", "gpu", "CUSTOM_POOL_GPU"))
+    store.add_hosts("c1", [(host("h-c1-9", gpus=2), "gpu")])
+    rec = store.get_host("h-c1-9")
+    assert rec.pool == "gpu"
+    assert rec.generation == 0
+    assert rec.host.numa_cells[1].pci == {"gpu-a100": 2}
+    store.set_cluster_state("c1", "left")
+    assert store.list_clusters()[0].state == "left"
+    with pytest.raises(NotFoundError):
+        store.set_cluster_state("c9", "left")
+
+
+def test_claim_bumps_generation_and_logs_events(store):
+    loaded(store)
+    before = store.latest_event_id()
+    claim_one(store, small_fleet(), "vm-1", "h-c1-0")
+    claim_one(store, small_fleet(), "vm-2", "h-c1-0")
+    assert store.get_host("h-c1-0").generation == 2
+    events = store.events_after(before)
+    assert [(e.kind, e.host, e.generation) for e in events] == [
+        ("instance_claimed", "h-c1-0", 1),
+        ("instance_claimed", "h-c1-0", 2),
+    ]
+    assert events[0].id < events[1].id
+    inst = store.get_instance("vm-1")
+    assert inst.host == "h-c1-0"
+    assert inst.placement["host"]["memory_mb"] == 8192
+    assert audit(store) == []
+
+
+def test_stale_generation_writes_nothing(store):
+    loaded(store)
+    claim_one(store, small_fleet(), "vm-1", "h-c1-0")
+    counts, last = store.counts(), store.latest_event_id()
+    with pytest.raises(GenerationConflictError):
+        claim_one(store, small_fleet(), "vm-2", "h-c1-0", generation=0)
+    assert store.counts() == counts
+    assert store.latest_event_id() == last
+    assert store.get_host("h-c1-0").generation == 1
+
+
+def test_commit_reverifies_the_plan_against_current_rows(store):
+    """Right generation, but the footprints no longer fit the rows: rejected, nothing written."""
+    loaded(store)
+    fleet = small_fleet()
+    # cell 0 of h-c1-0 has 8 pinned CPUs; two p4 fit, a third computed for an empty host
+    # (cell 0 again) does not, even though the generation we pass is current.
+    claim_one(store, fleet, "vm-1", "h-c1-0")
+    claim_one(store, fleet, "vm-2", "h-c1-0")
+    counts = store.counts()
+    with pytest.raises(PlanRejectedError, match="over-committed"):
+        claim_one(store, fleet, "vm-3", "h-c1-0")
+    assert store.counts() == counts
+    assert store.get_host("h-c1-0").generation == 2
+
+
+def test_deployment_set_rules_are_reverified(store):
+    loaded(store)
+    fleet = small_fleet()
+    claim_one(store, fleet, "web-1", "h-c1-0", group="web", group_generation=0)
+    with pytest.raises(GenerationConflictError):  # the set moved on
+        claim_one(store, fleet, "web-2", "h-c1-1", group="web", group_generation=0)
+    with pytest.raises(PlanRejectedError, match="members on host"):
+        claim_one(store, fleet, "web-2", "h-c1-0", group="web", group_generation=1)
+    claim_one(store, fleet, "web-2", "h-c1-1", group="web", group_generation=1)
+    store.add_group(GroupRow("small", "default", "anti-affinity", 1, 1, 0))
+    claim_one(store, fleet, "s-1", "h-c1-2", group="small", group_generation=0)
+    with pytest.raises(PlanRejectedError, match="exceed"):
+        claim_one(store, fleet, "s-2", "h-c1-3", group="small", group_generation=1)
+    assert audit(store) == []
+    with pytest.raises(InUseError):
+        store.delete_group("web")
+
+
+def test_idempotency_key_is_claimed_once(store):
+    loaded(store)
+    idem = Idempotent("token:x", "key-1", "h", 201, {"id": "p-1"})
+    fleet = small_fleet()
+    claim_one(store, fleet, "vm-1", "h-c1-0")
+    table = HostTable.from_fleet(fleet)
+    row = table.index["h-c1-1"]
+    cell_use, host_use = table.plan_for("p4", row)
+    types = table.device_types
+    cap = {"h-c1-1": HostCapacity(table.cell_cap[row], table.host_cap[row], types)}
+
+    def commit(iid: str, gen: int) -> None:
+        store.commit_placement(
+            placement_id=f"p-{iid}",
+            instances=[
+                NewInstance(
+                    iid, "h-c1-1", "c1", "p4", to_named(cell_use, host_use, types), "default"
+                )
+            ],
+            host_generations={"h-c1-1": gen},
+            group_generations={},
+            capacities=cap,
+            idempotent=idem,
+        )
+
+    commit("vm-2", 0)
+    assert store.get_idempotent("token:x", "key-1") == idem
+    with pytest.raises(IdempotencyRaceError):
+        commit("vm-3", 1)
+    assert {i.id for i in store.list_instances()} == {"vm-1", "vm-2"}
+    assert store.get_host("h-c1-1").generation == 1
+
+
+def test_failed_transaction_leaves_no_partial_claim(store):
+    """A duplicate instance id fails the insert after the generation update: all rolled back."""
+    loaded(store)
+    claim_one(store, small_fleet(), "vm-1", "h-c1-0")
+    last = store.latest_event_id()
+    with pytest.raises(PlanRejectedError):
+        claim_one(store, small_fleet(), "vm-1", "h-c1-1")
+    assert store.get_host("h-c1-1").generation == 0
+    assert store.latest_event_id() == last
+
+
+def test_killed_process_mid_claim_leaves_no_partial_claim(store, db_url):
+    """SIGKILL between the generation update and the commit: nothing of the claim remains."""
+    loaded(store)
+    script = textwrap.dedent(
+        f"""
+        import os, signal
+        from berth.store.repo import Store
+        from tests.store.fleets import claim_one, small_fleet
+        store = Store.open({db_url!r}, migrate=False)
+        def die(*a, **k):
+            os.kill(os.getpid(), signal.SIGKILL)
+        store._append = die
+        claim_one(store, small_fleet(), "vm-doomed", "h-c1-2")
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=os.getcwd(), capture_output=True, timeout=60
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+    assert store.get_host("h-c1-2").generation == 0
+    with pytest.raises(NotFoundError):
+        store.get_instance("vm-doomed")
+    claim_one(store, small_fleet(), "vm-after", "h-c1-2")  # the host is not left locked
+
+
+def test_release_frees_and_respects_projects(store):
+    loaded(store)
+    claim_one(store, small_fleet(), "vm-1", "h-c1-0", project="alpha")
+    with pytest.raises(NotFoundError):
+        store.release("vm-1", project="beta")
+    inst, ev = store.release("vm-1", project="alpha")
+    assert inst.id == "vm-1"
+    assert ev.kind == "instance_released"
+    assert ev.generation == 2
+    with pytest.raises(NotFoundError):
+        store.release("vm-1")
+
+
+def test_evictions_are_recorded(store):
+    loaded(store)
+    claim_one(store, small_fleet(), "vm-1", "h-c1-0", project="alpha")
+    store.release("vm-1", reason="preempted")
+    [ev] = store.list_evictions()
+    assert ev["instance_id"] == "vm-1"
+    assert ev["reason"] == "preempted"
+    assert store.list_evictions(project="beta") == []
+
+
+def test_reports_never_go_back_in_time_and_reconcile_once(store):
+    loaded(store)
+    claim_one(store, small_fleet(), "vm-1", "h-c1-0")
+    assert store.report("h-c1-0", NOW + 10, {"instances": ["vm-x"], "used": None})
+    assert not store.report("h-c1-0", NOW + 5, {"instances": [], "used": None})
+    rec = store.get_host("h-c1-0")
+    assert rec.host.last_heartbeat == NOW + 10
+    assert rec.report == {
+        "instances": ["vm-x"],
+        "used": None,
+    }
+    [ev] = store.reconcile()
+    assert ev.kind == "discrepancy"
+    assert ev.host == "h-c1-0"
+    assert ev.payload["missing_on_host"] == ["vm-1"]
+    assert ev.payload["unknown_to_berth"] == ["vm-x"]
+    assert store.reconcile() == []  # the same report is reconciled once
+    assert store.heartbeats_since(NOW + 9) == [("h-c1-0", NOW + 10)]
+    with pytest.raises(NotFoundError):
+        store.report("nope", NOW, None)
+
+
+def test_host_state_changes_bump_generation(store):
+    loaded(store)
+    ev = store.set_host_enabled("h-c1-1", False)
+    assert ev.kind == "host_state"
+    assert ev.generation == 1
+    assert ev.payload == {"enabled": False}
+    assert not store.get_host("h-c1-1").host.enabled
+
+
+def test_catalogue(store):
+    loaded(store)
+    assert [f.name for f in store.list_flavors()] == ["g1", "p4", "p8", "s2"]
+    with pytest.raises(AlreadyExistsError):
+        store.add_flavor(Flavor(name="p4", vcpus=1, memory_mb=1))
+    claim_one(store, small_fleet(), "vm-1", "h-c1-0")
+    with pytest.raises(InUseError):
+        store.delete_flavor("p4")
+    store.delete_flavor("p8")
+    with pytest.raises(NotFoundError):
+        store.delete_flavor("p8")
+    store.add_image(
+        {
+            "name": "centos",
+            "architecture": "x86_64",
+            "hypervisor_type": None,
+            "required_traits": [],
+            "clusters": ["c1"],
+        }
+    )
+    assert store.get_image("centos")["clusters"] == ["c1"]
+    store.add_ip_pool("net-1", "c1", "10.0.0.0/24", 250)
+    assert store.list_ip_pools()[0]["total"] == 250
+    with pytest.raises(AlreadyExistsError):
+        store.add_ip_pool("net-1", "c1", "10.0.0.0/24", 250)
+
+
+def test_tokens_are_stored_hashed(store):
+    row, secret = store.create_token("ci", "tenant", "alpha")
+    assert secret.startswith("berth_")
+    found = store.lookup_token(secret)
+    assert found is not None
+    assert found.role == "tenant"
+    assert found.project == "alpha"
+    with store.engine.connect() as conn:
+        stored = [r[0] for r in conn.exec_driver_sql("SELECT hash FROM tokens")]
+    assert secret not in stored
+    assert len(stored[0]) == 64
+    store.revoke_token(row.id)
+    assert store.lookup_token(secret) is None
+    with pytest.raises(InvalidReferenceError):
+        store.create_token("x", "tenant")
+    with pytest.raises(InvalidReferenceError):
+        store.create_token("x", "root")
+
+
+def test_stats_by_day_and_reason(store):
+    for outcome, reason in [("success", "placed")] * 3 + [("failure", "no_valid_host")]:
+        store.record_outcome(Outcome(outcome, reason, "p4", "default", 1, 1.0))
+    [day] = store.stats(7)
+    assert day["requests"] == 4
+    assert day["successes"] == 3
+    assert day["success_rate"] == 0.75
+    assert day["failures"] == {"no_valid_host": 1}
+
+
+def test_snapshot_is_complete(store):
+    loaded(store)
+    claim_one(store, small_fleet(), "vm-1", "h-c1-0", group="web", group_generation=0)
+    snap = store.snapshot()
+    assert snap.last_event_id == store.latest_event_id()
+    assert {h.host.name for h in snap.hosts} == {f"h-c1-{i}" for i in range(4)}
+    assert [i.id for i in snap.instances] == ["vm-1"]
+    assert snap.groups["web"].generation == 1
+    assert [a.name for a in snap.pci_aliases] == ["a100"]
