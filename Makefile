@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit bench clean
+.PHONY: run test lint typecheck unit postgres bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,10 +13,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The service on SQLite (out/berth/berth.db) with the demo topology; prints its URL and a token.
 run: $(STAMP)
-	$(BIN)/berth demo
+	$(BIN)/berth serve --data-dir out/berth --load-demo --simulate-agents --print-admin-token
 
-test: $(STAMP) lint typecheck unit
+test: $(STAMP) lint typecheck postgres unit
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
@@ -25,8 +26,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+unit: $(STAMP) postgres
 	$(BIN)/pytest -q
+
+# The store and service tests need PostgreSQL: use a running server, else start or install one.
+postgres:
+	scripts/ensure-postgres.sh
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_core.py

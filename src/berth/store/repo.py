@@ -612,12 +612,19 @@ class Store:
             return True
 
     def touch_heartbeats(self, now: float, max_age: float) -> int:
-        """Heartbeat every host that is live now (`berth serve --simulate-agents`, the demo's
-        stand-in for compute agents; hosts already down stay down)."""
+        """Heartbeat, at `now`, every host whose last heartbeat is within `max_age` of the
+        freshest one (`berth serve --simulate-agents`, the demo's stand-in for compute agents:
+        hosts that were down stay down, even after the service was stopped for a while)."""
         with self._write() as conn:
+            freshest = conn.execute(select(func.max(t.hosts.c.last_heartbeat))).scalar()
+            if freshest is None:
+                return 0
             res = conn.execute(
                 update(t.hosts)
-                .where(t.hosts.c.last_heartbeat >= now - max_age, t.hosts.c.last_heartbeat < now)
+                .where(
+                    t.hosts.c.last_heartbeat >= min(now, float(freshest)) - max_age,
+                    t.hosts.c.last_heartbeat < now,
+                )
                 .values(last_heartbeat=now)
             )
             return int(res.rowcount)
