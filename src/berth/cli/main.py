@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from berth.cli.schedule import capacity_by_topology
 from berth.core.capacity import capacity_matrix, totals_by_aggregate, totals_by_zone
 from berth.core.config import PROFILES, SchedulerConfig, profile
 from berth.core.engine import Decision, FilterScheduler
@@ -223,8 +224,15 @@ def capacity(
     config: ConfigOpt = None,
     now: NowOpt = None,
     as_json: JsonOpt = False,
+    topology: Annotated[
+        Path | None,
+        typer.Option(help="Topology file: count per idc, region, cluster, pool or host instead."),
+    ] = None,
+    policy: Annotated[Path | None, typer.Option(help="Policy file (with --topology).")] = None,
 ) -> None:
     """How many more instances of each flavor fit, NUMA-exactly."""
+    if topology is not None or policy is not None:
+        return capacity_by_topology(topology, policy, by, flavor, now, as_json)
     if by not in ("flavor", "zone", "aggregate", "host"):
         _fail(f"--by: must be flavor, zone, aggregate or host, not {by!r}")
     with _clear_errors():
@@ -328,9 +336,11 @@ def demo(
 
 # ---------------------------------------------------------------------------- subcommands
 # Command groups that live in their own modules register themselves here, one line each.
+from berth.cli.schedule import register as _register_schedule  # noqa: E402
 from berth.cli.service import register as _register_service  # noqa: E402
 
 _register_service(app)
+_register_schedule(app)
 
 
 def main() -> None:  # pragma: no cover - console entry
