@@ -617,7 +617,9 @@ def create_app(
                 return _replay(stored.request_hash, digest, stored.status, stored.response)
         try:
             placed = replica.place(
-                args, idempotency=idem, response=lambda pl: _placement_out(args, pl).model_dump()
+                args,
+                idempotency=idem,
+                response=lambda pl: _placement_out(args, pl).model_dump(mode="json"),
             )
         except IdempotencyRaceError:
             assert idem is not None
@@ -637,7 +639,8 @@ def create_app(
         metrics.placement.observe(time.perf_counter() - started)
         if placed.attempts > 1:
             metrics.conflicts.inc(placed.attempts - 1)
-        return JSONResponse(_placement_out(args, placed).model_dump(mode="json"), status_code=201)
+        answer = placed.response or _placement_out(args, placed).model_dump(mode="json")
+        return JSONResponse(answer, status_code=201)
 
     def _replay(stored_hash: str, digest: str, status: int, response: dict[str, Any]) -> Any:
         if stored_hash != digest:

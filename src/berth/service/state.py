@@ -134,6 +134,7 @@ class Placed:
     commit: CommitResult
     decision_ms: float
     attempts: int
+    response: dict[str, Any] | None = None
 
 
 @dataclass
@@ -284,6 +285,12 @@ class Replica:
                 self._heartbeat_since = max(self._heartbeat_since, ts)
         return len(beats)
 
+    def _apply_own(self, ev: EventRow) -> None:
+        """Apply an event this replica just committed (caller holds the lock)."""
+        self._apply(ev)
+        if ev.id == self.last_event + 1:  # nothing unseen before it: the tail moves on
+            self.last_event = ev.id
+
     def _apply(self, ev: EventRow) -> None:
         """Apply one event to the cache (caller holds the lock)."""
         kind, p = ev.kind, ev.payload
@@ -410,9 +417,11 @@ class Replica:
                     attempt,
                 )
                 idem = None
-                if idempotency is not None and response is not None:
+                if response is not None:
+                    placed.response = response(placed)
+                if idempotency is not None and placed.response is not None:
                     principal, key, digest = idempotency
-                    idem = Idempotent(principal, key, digest, 201, response(placed))
+                    idem = Idempotent(principal, key, digest, 201, placed.response)
                 outcome = Outcome(
                     "success",
                     "placed",
@@ -441,7 +450,7 @@ class Replica:
                 else:
                     conflict = False
                     for ev in placed.commit.events:
-                        self._apply(ev)
+                        self._apply_own(ev)
                     for gid, gen in placed.commit.groups.items():
                         self._group_generation(gid, gen)
             if not conflict:
@@ -665,12 +674,12 @@ class Replica:
     ) -> None:
         _, ev = self.store.release(instance_id, project=project, reason=reason)
         with self.lock:
-            self._apply(ev)
+            self._apply_own(ev)
 
     def set_enabled(self, host: str, enabled: bool) -> None:
         ev = self.store.set_host_enabled(host, enabled)
         with self.lock:
-            self._apply(ev)
+            self._apply_own(ev)
 
     def heartbeat(self, host: str, ts: float) -> None:
         with self.lock:
