@@ -18,6 +18,9 @@ from berth.service.app import create_app
 from berth.service.demo import load_demo
 from berth.service.state import Replica, ServiceConfig
 from berth.store.repo import Store
+from tests.store.conftest import db_url, pg_url
+
+__all__ = ["Env", "db_url", "make_env", "pg_url"]
 
 
 @pytest.fixture(scope="session")
