@@ -127,12 +127,6 @@ def test_heartbeats_only_move_forward():
     assert cache.table.generation.tolist() == [0, 0]  # heartbeats do not bump generations
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug (minor): CachingScheduler.apply returns Applied.APPLIED for every Heartbeat, "
-    "also one older than the table's, which the table ignores; Applied.STALE is documented "
-    "as 'not newer than what the cache has: ignored'",
-)
 def test_older_heartbeat_is_reported_stale():
     cache = _cache()
     assert cache.apply(Heartbeat("h1", NOW + 30)) is Applied.APPLIED

@@ -494,14 +494,6 @@ def test_generated_ids_collide_across_requests_with_the_same_seed():
     assert place(sched, table, "f", seed=4).selections[0].instance_id == "f-4-0"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ClaimError,
-    reason="bug: select_destinations does not reject duplicate ids inside instance_ids; the "
-    "second tentative claim fails with ClaimError, the undo list already holds the id twice, "
-    "the finally block unclaims it twice (second: ClaimError 'unknown instance') and the "
-    "host's generation is left bumped",
-)
 def test_duplicate_ids_within_one_request_are_a_spec_error():
     table = _spec_table()
     before = snapshot(table)
@@ -512,14 +504,6 @@ def test_duplicate_ids_within_one_request_are_a_spec_error():
     assert_unchanged(table, before)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="bug: select_destinations appends to its undo list before table.claim; when a "
-    "claim is refused (filters that do not check every resource), the finally block first "
-    "unclaims an id that was never claimed, raises ClaimError('unknown instance') and leaves "
-    "the earlier tentative claims in the table",
-)
 def test_refused_tentative_claim_leaves_the_table_unchanged():
     table = table_of([host("h", pcpus=1, mem=4096)], [flavor("p", vcpus=1, pinned=True)])
     before = snapshot(table)

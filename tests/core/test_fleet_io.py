@@ -268,12 +268,6 @@ def test_unreadable_file(tmp_path):
         load_fleet(tmp_path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=UnicodeDecodeError,
-    reason="bug: load_fleet catches only OSError around read_text(encoding='utf-8'); a file "
-    "that is not UTF-8 escapes as a bare UnicodeDecodeError instead of a FleetFileError",
-)
 def test_file_that_is_not_utf8_is_a_fleet_file_error(tmp_path):
     binary = tmp_path / "binary.yaml"
     binary.write_bytes(b"\xff\xfe\x00garbage")

@@ -236,13 +236,6 @@ def test_instances_in_snapshot_order_claim_exactly():
     assert table.host_free[0, H_HDD] == 30
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: HostTable._stated_use takes the PCI columns from plan_for (the claim rule's "
-    "cell), not from the instance's stated cell; a one-cell guest with cell-local "
-    "(hw:pci_numa_affinity_policy=required) devices stated in cell 1 is recorded with its "
-    "device taken from cell 0",
-)
 def test_stated_cell_gets_the_cell_local_devices():
     hosts = [host("h", cells=2, pcpus=4, mem=4096, pci={"gpu": 1})]
     flavors = [flavor("g", vcpus=2, mem=1024, pinned=True, pci="gpu:1")]
@@ -252,13 +245,6 @@ def test_stated_cell_gets_the_cell_local_devices():
     assert use[:, CELL_BASE].tolist() == [0, 1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,  # "DID NOT RAISE"
-    reason="bug: HostTable._stated_use only checks that the stated cells add up to the "
-    "flavor's vcpus and memory; a one-cell (hw:numa_nodes=1) guest stated across both cells, "
-    "or an even two-cell guest stated unevenly, is accepted",
-)
 def test_stated_placement_must_have_the_flavor_shape():
     hosts = [host("h", cells=2, pcpus=4, mem=4096)]
     flavors = [
@@ -271,13 +257,6 @@ def test_stated_placement_must_have_the_flavor_shape():
         table_of(hosts, flavors, [instance("b", "h", "e", numa=[(0, 3, 1024), (1, 1, 1024)])])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,  # "DID NOT RAISE"
-    reason="bug: HostTable.claim (and so claim_existing / from_fleet) checks only over-commit, "
-    "not the huge-page size the NUMA filter requires (page_size_ok): a 1 GB-page guest is "
-    "claimed on a host that only has 2 MB pages",
-)
 def test_claim_refuses_a_host_with_the_wrong_page_size():
     hosts = [host("h", pcpus=4, mem=0, huge=4096, page_kb=2048)]
     flavors = [flavor("hp", vcpus=1, mem=1024, pinned=True, page="1GB")]

@@ -47,8 +47,8 @@ class CachingScheduler:
     def apply(self, event: Event) -> Applied:
         table = self.table
         if isinstance(event, Heartbeat):
-            table.set_heartbeat(event.host, event.timestamp)
-            return Applied.APPLIED
+            newer = table.set_heartbeat(event.host, event.timestamp)
+            return Applied.APPLIED if newer else Applied.STALE
         if isinstance(event, HostAdded):
             if event.host.name in table.index:
                 return Applied.STALE

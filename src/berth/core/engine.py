@@ -112,6 +112,8 @@ class FilterScheduler:
         ids = request.ids()
         if len(ids) != request.num_instances:
             raise SpecError("instance_ids: must have num_instances entries")
+        if len(set(ids)) != len(ids):
+            raise SpecError("instance_ids: the same id appears twice")
         clash = next((i for i in ids if i in table.allocations), None)
         if clash is not None:
             raise SpecError(f"instance_ids: {clash!r} already exists")
@@ -138,7 +140,16 @@ class FilterScheduler:
                 host = table.names[chosen]
                 generations.setdefault(host, int(table.generation[chosen]))
                 cell_use, host_use = table.plan_for(request.flavor, chosen)
-                undo.append((iid, int(table.generation[chosen])))
+                selections.append(
+                    Selection(
+                        iid, host, tuple(table.names[a] for a in alternates), cell_use, host_use
+                    )
+                )
+                if i + 1 == len(ids):
+                    # nothing follows: verify the footprint, but skip the tentative claim
+                    table.verify_fits(host, cell_use, host_use)
+                    break
+                generation = int(table.generation[chosen])
                 table.claim(
                     iid,
                     host,
@@ -148,11 +159,7 @@ class FilterScheduler:
                     server_group=request.server_group,
                     project=request.project,
                 )
-                selections.append(
-                    Selection(
-                        iid, host, tuple(table.names[a] for a in alternates), cell_use, host_use
-                    )
-                )
+                undo.append((iid, generation))
         finally:
             for iid, generation in reversed(undo):
                 table.unclaim(iid, generation)

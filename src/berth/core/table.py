@@ -17,9 +17,9 @@ import numpy.typing as npt
 
 from berth.core.demand import Demand, build_demand
 from berth.core.errors import ClaimError, FleetError, SpecError, StaleGenerationError
-from berth.core.flavors import FlavorSpec, SpecMatch, parse_flavor
+from berth.core.flavors import FlavorSpec, NumaMode, SpecMatch, parse_flavor
 from berth.core.model import Fleet, Host, Instance, ServerGroup
-from berth.core.numa import count, fits, place, resource_major, take
+from berth.core.numa import cell_count, count, fits, place, resource_major, take
 from berth.core.resources import (
     C_HUGE,
     C_MEM,
@@ -38,7 +38,8 @@ from berth.core.resources import (
 
 I64 = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
-RowFunction = Callable[[I64, I64], npt.NDArray[Any]]
+RowFunction = Callable[[I64 | None], npt.NDArray[Any]]
+INT32_MAX = np.iinfo(np.int32).max
 
 DERIVED_CACHE = 128
 
@@ -312,30 +313,50 @@ class HostTable:
     def derived(self, key: Hashable, compute: RowFunction) -> npt.NDArray[Any]:
         """A per-host value derived from the free columns, cached and kept exact incrementally.
 
-        `compute(cell_free, host_free)` must depend only on the rows it is given (and on static
-        table data such as flavors). The first call computes every host; later calls recompute
+        `compute(rows)` returns the value for those rows (None = every host, in row order; read
+        them with `free_rows`); it must depend only on those rows' free columns and on static
+        table data such as flavors. The first call computes every host; later calls recompute
         only hosts changed since (by `touched`). At most `DERIVED_CACHE` keys are kept (LRU).
         The returned array is shared: read it, never write to it.
         """
         cached = self._derived.pop(key, None)
         if cached is None:
-            values = compute(self.cell_free, self.host_free)
+            values = compute(None)
         else:
             seen, values = cached
             if seen != self.version:
                 rows = np.flatnonzero(self.touched > seen)
                 if rows.size:
                     values = values.copy()
-                    values[rows] = compute(take(self.cell_free, rows), take(self.host_free, rows))
+                    values[rows] = compute(rows)
         self._derived[key] = (self.version, values)
         while len(self._derived) > DERIVED_CACHE:
             self._derived.pop(next(iter(self._derived)))
         return values
 
-    def resource_counts(self, flavor: str) -> I64:
-        """`numa.count` of `flavor` on every host (cached, see `derived`)."""
+    def free_rows(self, rows: I64 | None) -> tuple[I64, I64]:
+        """(cell_free, host_free) of some rows (None = all), in the resource-major layout."""
+        if rows is None:
+            return self.cell_free, self.host_free
+        return take(self.cell_free, rows), take(self.host_free, rows)
+
+    def resource_counts(self, flavor: str) -> npt.NDArray[np.int32]:
+        """`numa.count` of `flavor` on every host (cached, see `derived`; int32 to stay small)."""
         d = self.demand(flavor)
-        return self.derived(("count", flavor), lambda cf, hf: count(d, cf, hf))
+
+        def compute(rows: I64 | None) -> npt.NDArray[np.int32]:
+            counts = count(d, *self.free_rows(rows))
+            return np.minimum(counts, INT32_MAX).astype(np.int32)
+
+        return self.derived(("count", flavor), compute)
+
+    def cells_fit(self, flavor: str) -> Mask:
+        """Hosts whose NUMA cells take one more instance of `flavor` (cached, see `derived`)."""
+        d = self.demand(flavor)
+        return self.derived(
+            ("cells_fit", flavor),
+            lambda rows: cell_count(d, self.free_rows(rows)[0], limit=1) >= 1,
+        )
 
     def _touch(self, row: int) -> None:
         self.version += 1
@@ -375,12 +396,15 @@ class HostTable:
             )
         if server_group is not None and server_group not in self.groups:
             raise ClaimError(f"unknown server group {server_group!r}")
+        spec = self.demand(flavor).spec
+        if spec.hugepages and not self.page_size_ok(spec)[row]:
+            raise ClaimError(f"host {host!r} has no huge pages of the size flavor {flavor!r} needs")
         if cell_use is None or host_use is None:
             d = self.demand(flavor)
             if not fits(d, self.cell_free[row : row + 1], self.host_free[row : row + 1])[0]:
                 raise ClaimError(f"flavor {flavor!r} does not fit on host {host!r}")
             cell_use, host_use = self.plan_for(flavor, row)
-        self._check_fits(host, row, cell_use, host_use)
+        self.verify_fits(host, cell_use, host_use)
         self.cell_free[row] -= cell_use
         self.host_free[row] -= host_use
         self.n_instances[row] += 1
@@ -402,7 +426,9 @@ class HostTable:
         self.allocations[instance_id] = alloc
         return alloc
 
-    def _check_fits(self, host: str, row: int, cell_use: I64, host_use: I64) -> None:
+    def verify_fits(self, host: str, cell_use: I64, host_use: I64) -> None:
+        """Raise `ClaimError` naming the resource if this footprint does not fit on `host` now."""
+        row = self.row(host)
         if (cell_use < 0).any() or (host_use < 0).any():
             raise ClaimError(f"negative use on host {host!r}")
         cell_after = self.cell_cap[row] - self.cell_free[row] + cell_use
@@ -468,23 +494,25 @@ class HostTable:
         )
 
     def _stated_use(self, inst: Instance, row: int) -> tuple[I64, I64]:
+        """The footprint of a snapshot instance at its stated cells, checked against its flavor."""
         d = self.demands[inst.flavor]
-        spec = d.spec
         assert inst.numa is not None
-        if not spec.numa:
-            raise SpecError("numa placement given for a flavor without a NUMA topology")
-        if (
-            sum(p.vcpus for p in inst.numa) != spec.vcpus
-            or sum(p.memory_mb for p in inst.numa) != spec.memory_mb
-        ):
-            raise SpecError("numa placement must add up to the flavor's vcpus and memory")
+        shape = _stated_shape(d, [(p.cell, p.vcpus, p.memory_mb) for p in inst.numa])
         cell_use = np.zeros((CELLS, self.width), dtype=np.int64)
-        for part in inst.numa:
-            cell_use[part.cell, d.cpu_column] += part.vcpus
-            cell_use[part.cell, d.mem_column] += part.memory_mb
-        auto, host_use = self.plan_for(inst.flavor, row)
-        cell_use[:, CELL_BASE:] = auto[:, CELL_BASE:]
-        return cell_use, host_use
+        for cell, (vcpus, memory) in shape.items():
+            cell_use[cell, d.cpu_column] = vcpus
+            cell_use[cell, d.mem_column] = memory
+        if d.mode == NumaMode.SINGLE:
+            (own,) = shape
+            cell_use[own, CELL_BASE:] = d.cells[0, CELL_BASE:]  # cell-local devices
+        else:
+            own = 0
+        # host-level devices: the guest's own cell first, then the other
+        free = self.cell_free[row, :, CELL_BASE:]
+        take_own = np.minimum(d.pci, np.maximum(free[own], 0))
+        cell_use[own, CELL_BASE:] += take_own
+        cell_use[1 - own, CELL_BASE:] += d.pci - take_own
+        return cell_use, d.host.copy()
 
     # ------------------------------------------------------------------ state
     def set_enabled(self, host: str, enabled: bool) -> None:
@@ -493,11 +521,23 @@ class HostTable:
         self.generation[row] += 1
         self._touch(row)
 
-    def set_heartbeat(self, host: str, when: float) -> None:
-        """Record a heartbeat; older timestamps never overwrite newer ones."""
+    def set_heartbeat(self, host: str, when: float) -> bool:
+        """Record a heartbeat; older timestamps never overwrite newer ones (returns False)."""
         row = self.row(host)
         if np.isnan(self.heartbeat[row]) or when > self.heartbeat[row]:
             self.heartbeat[row] = when
+            return True
+        return False
+
+    def page_size_ok(self, spec: FlavorSpec) -> Mask:
+        """Hosts whose huge-page size suits the flavor and divides each guest cell's memory."""
+        if spec.page_size_kb == 0:
+            return np.ones(len(self), dtype=bool)
+        page = self.page_kb.astype(np.int64)
+        ok = page > 0 if spec.page_size_kb < 0 else page == spec.page_size_kb
+        for shape in spec.cells:
+            ok &= (shape.memory_mb * 1024) % np.maximum(page, 1) == 0
+        return ok
 
     def copy(self) -> HostTable:
         """An independent snapshot: arrays copied, immutable records shared."""
@@ -537,3 +577,36 @@ def _extend_keyed(store: dict[str, KeyedValues], rows: list[dict[str, str]], n0:
             if kv is None:
                 kv = store[key] = KeyedValues(np.full(n0 + n, -1, dtype=np.int32))
             kv.codes[r] = kv.values.code(value)
+
+
+def _stated_shape(d: Demand, parts: list[tuple[int, int, int]]) -> dict[int, tuple[int, int]]:
+    """Check stated (cell, vcpus, memory) parts against the flavor's guest shape; cell -> use."""
+    spec = d.spec
+    if not spec.numa:
+        raise SpecError("numa placement given for a flavor without a NUMA topology")
+    shape: dict[int, tuple[int, int]] = {}
+    for cell, vcpus, memory in parts:
+        if cell in shape:
+            raise SpecError(f"numa placement names cell {cell} twice")
+        shape[cell] = (vcpus, memory)
+    if (
+        sum(v for v, _ in shape.values()) != spec.vcpus
+        or sum(m for _, m in shape.values()) != spec.memory_mb
+    ):
+        raise SpecError("numa placement must add up to the flavor's vcpus and memory")
+    cells = len(spec.cells) if spec.numa_mode != NumaMode.FLEX else 2
+    if len(shape) != cells:
+        raise SpecError(f"numa placement must use {cells} cell(s), as the flavor's topology does")
+    if spec.numa_mode in (NumaMode.EVEN, NumaMode.FIXED):
+        stated = sorted(shape.values())
+        wanted = sorted((c.vcpus, c.memory_mb) for c in spec.cells)
+        if stated != wanted:
+            raise SpecError(f"numa placement must split the guest as {wanted}, not {stated}")
+    if spec.numa_mode == NumaMode.FLEX:
+        least = spec.cells[0]
+        if any(v < least.vcpus or m < least.memory_mb for v, m in shape.values()):
+            raise SpecError(
+                f"numa placement must give each cell at least {least.vcpus} vCPUs "
+                f"and {least.memory_mb} MB"
+            )
+    return shape

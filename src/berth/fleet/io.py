@@ -50,6 +50,8 @@ def load_fleet(path: str | Path) -> Fleet:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise FleetFileError(f"{p}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise FleetFileError(f"{p}: not UTF-8 text (byte {exc.start})") from None
     try:
         data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:

@@ -20,15 +20,7 @@ from berth.core.resources import CELL_BASE, cell_resource_name
 
 def page_size_ok(ctx: Context) -> Mask:
     """Hosts whose huge-page size suits the flavor (and divides each guest cell's memory)."""
-    spec = ctx.demand.spec
-    n = len(ctx.table)
-    if spec.page_size_kb == 0:
-        return np.ones(n, dtype=bool)
-    page = ctx.table.page_kb.astype(np.int64)
-    ok = page > 0 if spec.page_size_kb < 0 else page == spec.page_size_kb
-    for shape in spec.cells:
-        ok &= (shape.memory_mb * 1024) % np.maximum(page, 1) == 0
-    return ok
+    return ctx.table.page_size_ok(ctx.demand.spec)
 
 
 def _only(d: Demand, columns: list[int]) -> Demand:
@@ -46,8 +38,7 @@ class NumaTopologyFilter(HostFilter):
         d = ctx.demand
         if d.mode == NumaMode.NONE:
             return np.ones(len(ctx.table), dtype=bool)
-        fit = numa.cell_count(d, ctx.cell_free, limit=1) >= 1
-        return fit & page_size_ok(ctx)
+        return ctx.table.cells_fit(d.spec.name) & page_size_ok(ctx)
 
     def explain(self, ctx: Context, failed: Mask) -> list[tuple[Rejection, Mask]]:
         d = ctx.demand

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
 from berth.core import numa
@@ -54,17 +55,19 @@ class FragmentationWeigher(HostWeigher):
         references = tuple(self.references(ctx))
         demand, table = ctx.demand, ctx.table
         refs = [table.demands[name] for name in references]
+        # "before" counts do not depend on the requested flavor: shared, cached per reference
+        before_all = [table.resource_counts(name) for name in references]
 
-        def cost(cell_free: I64, host_free: I64) -> F64:
-            out = np.zeros(cell_free.shape[0], dtype=np.float64)
-            before = [numa.count(d, cell_free, host_free) for d in refs]
-            room = np.zeros(cell_free.shape[0], dtype=bool)
+        def cost(subset: I64 | None) -> npt.NDArray[np.float32]:
+            before = [b if subset is None else b[subset] for b in before_all]
+            out = np.zeros(before[0].shape[0], dtype=np.float32)
+            room = np.zeros(out.shape[0], dtype=bool)
             for counts in before:
                 room |= counts > 0
             sub = np.flatnonzero(room)  # a host with no room for any reference loses nothing
             if sub.size == 0:
                 return out
-            cf, hf = numa.take(cell_free, sub), numa.take(host_free, sub)
+            cf, hf = table.free_rows(sub if subset is None else subset[sub])
             cell_use, host_use = numa.place(demand, cf, hf)
             cell_after, host_after = cf - cell_use, hf - host_use
             for d, counts in zip(refs, before, strict=True):
@@ -73,4 +76,4 @@ class FragmentationWeigher(HostWeigher):
 
         # the cost depends only on each host's free columns: cache it per flavor (see derived)
         costs = table.derived(("fragmentation", demand.spec.name, references), cost)
-        return -costs[rows]
+        return -costs[rows].astype(np.float64)

@@ -25,8 +25,9 @@ class VcpuWeigher(HostWeigher):
     name = "vcpu"
 
     def raw(self, ctx: Context, rows: I64) -> F64:
-        pinned = ctx.cell_free[rows, :, C_PCPU].sum(axis=1)
-        return (ctx.host_free[rows, H_VCPU] + pinned).astype(np.float64)
+        cf, hf = ctx.cell_free, ctx.host_free
+        free = hf[:, H_VCPU] + cf[:, 0, C_PCPU] + cf[:, 1, C_PCPU]  # contiguous columns
+        return free[rows].astype(np.float64)
 
 
 class DiskWeigher(HostWeigher):
