@@ -19,12 +19,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from berth.core import numa
 from berth.core.engine import FilterScheduler
 from berth.core.filters.base import Context
 from berth.core.filters.compute import ComputeFilter
 from berth.core.filters.num_instances import NumInstancesFilter
 from berth.core.filters.numa_topology import NumaTopologyFilter, page_size_ok
 from berth.core.request import RequestSpec
+from berth.core.table import HostTable
 from berth.policy.catalogue import Candidate, Catalogue
 from berth.policy.topology import Cluster, Topology
 
@@ -32,13 +34,34 @@ I64 = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
 
 
+@dataclass
+class _Counts:
+    """One cluster's `numa.count` per concrete flavor, each row tagged with the table version
+    it was computed at; only hosts changed since (the table's `touched`) are recomputed."""
+
+    hosts: int
+    counts: I64  # (flavors, hosts)
+    seen: I64  # (flavors,) table version per row; -1 = never computed
+
+
 class CapacityCounter:
-    """Creatable counts of (flavor, pool) per host of a cluster, cached where exact."""
+    """Creatable counts of (flavor, pool) per host of a cluster, cached where exact.
+
+    Resource counts are the core's `numa.count` on the table's free columns, kept per cluster
+    for every concrete flavor of the catalogue and refreshed incrementally by the table's
+    `touched` versions (the mechanism of `HostTable.derived`, without its 128-key LRU, which
+    the catalogue's flavors times the fragmentation weigher's keys would thrash). A full report
+    refreshes each flavor for all stale clusters in one vectorised call.
+    """
 
     def __init__(self, scheduler: FilterScheduler, catalogue: Catalogue) -> None:
         self.scheduler = scheduler
         self.catalogue = catalogue
+        self.flavors = list(catalogue.flavors)
+        self.index = {f: i for i, f in enumerate(self.flavors)}
+        self._counts: dict[int, _Counts] = {}
         self._static: dict[tuple[int, str, str], tuple[int, Mask]] = {}
+        self._static_matrix: dict[tuple[int, tuple[tuple[str, str], ...]], tuple[int, Mask]] = {}
         self._compute = [f for f in scheduler.filters if isinstance(f, ComputeFilter)]
         self._limit = min(
             (f.limit() for f in scheduler.filters if isinstance(f, NumInstancesFilter)),
@@ -46,6 +69,84 @@ class CapacityCounter:
         )
         self._numa = any(isinstance(f, NumaTopologyFilter) for f in scheduler.filters)
 
+    # ------------------------------------------------------------------ resource counts
+    def _state(self, table: HostTable) -> _Counts:
+        state = self._counts.get(id(table))
+        if state is None or state.hosts != len(table):
+            n = len(table)
+            state = _Counts(
+                n,
+                np.zeros((len(self.flavors), n), dtype=np.int64),
+                np.full(len(self.flavors), -1, dtype=np.int64),
+            )
+            self._counts[id(table)] = state
+        return state
+
+    def resource_counts(self, table: HostTable, flavor: str) -> I64:
+        """`numa.count` of the flavor on every host of the table (what `resource_counts` is)."""
+        state = self._state(table)
+        f = self.index[flavor]
+        seen = int(state.seen[f])
+        if seen != table.version:
+            rows = None if seen < 0 else np.flatnonzero(table.touched > seen)
+            d = table.demand(flavor)
+            if rows is None:
+                state.counts[f] = numa.count(d, table.cell_free, table.host_free)
+            elif rows.size:
+                state.counts[f, rows] = numa.count(
+                    d, numa.take(table.cell_free, rows), numa.take(table.host_free, rows)
+                )
+            state.seen[f] = table.version
+        return state.counts[f]
+
+    def refresh_all(self, tables: Sequence[HostTable], flavors: Sequence[str]) -> None:
+        """Bring every (table, flavor) up to date, one `numa.count` call per flavor over the
+        changed hosts of all tables together (tables grouped by their PCI device types)."""
+        # per (flavor, device types): pieces (state, rows, their cell_free, their host_free)
+        pending: dict[tuple[int, tuple[str, ...]], list[tuple[_Counts, Any, I64, I64]]] = {}
+        for table in tables:
+            state = self._state(table)
+            idx = np.array([self.index[f] for f in flavors], dtype=np.int64)
+            stale = idx[state.seen[idx] != table.version]
+            if stale.size == 0:
+                continue
+            kinds = tuple(table.device_types)
+            for seen in np.unique(state.seen[stale]):
+                group = stale[state.seen[stale] == seen]
+                state.seen[group] = table.version
+                if seen < 0:
+                    rows: Any = slice(None)
+                    piece = (state, rows, table.cell_free, table.host_free)
+                else:
+                    rows = np.flatnonzero(table.touched > int(seen))
+                    if rows.size == 0:
+                        continue
+                    piece = (
+                        state,
+                        rows,
+                        numa.take(table.cell_free, rows),
+                        numa.take(table.host_free, rows),
+                    )
+                for f in group:
+                    pending.setdefault((int(f), kinds), []).append(piece)
+        demands: dict[tuple[str, ...], HostTable] = {}
+        for table in tables:
+            demands.setdefault(tuple(table.device_types), table)
+        for (f, kinds), pieces in pending.items():
+            d = demands[kinds].demand(self.flavors[f])
+            if len(pieces) == 1:
+                cf, hf = pieces[0][2], pieces[0][3]
+            else:
+                cf = np.concatenate([p[2] for p in pieces])
+                hf = np.concatenate([p[3] for p in pieces])
+            counts = numa.count(d, cf, hf)
+            start = 0
+            for state, rows, part, _ in pieces:
+                size = part.shape[0]
+                state.counts[f, rows] = counts[start : start + size]
+                start += size
+
+    # ------------------------------------------------------------------ masks
     def static_mask(self, cluster: Cluster, flavor: str, pool: str) -> Mask:
         """Pool members that the flavor-dependent, time-independent static filters accept."""
         table = cluster.table
@@ -77,14 +178,20 @@ class CapacityCounter:
             mask &= flt.mask(ctx)
         return mask
 
+    def headroom(self, cluster: Cluster) -> I64 | None:
+        """Instances each host may still take under the instances-per-host limit."""
+        if self._limit is None:
+            return None
+        return self._limit - cluster.table.n_instances.astype(np.int64)
+
     def per_host(
         self, cluster: Cluster, flavor: str, pool: str, now: float, live: Mask | None = None
     ) -> I64:
         """How many more instances of `flavor` each host of the cluster takes, in `pool`."""
-        table = cluster.table
-        counts = table.resource_counts(flavor)
-        if self._limit is not None:
-            counts = np.minimum(counts, self._limit - table.n_instances.astype(np.int64))
+        counts = self.resource_counts(cluster.table, flavor)
+        room = self.headroom(cluster)
+        if room is not None:
+            counts = np.minimum(counts, room)
         ok = self.static_mask(cluster, flavor, pool)
         if live is None:
             live = self.live(cluster, now)
@@ -92,11 +199,40 @@ class CapacityCounter:
             ok = ok & live
         return np.where(ok, np.maximum(counts, 0), 0)
 
+    def matrix(self, cluster: Cluster, entries: Sequence[Candidate], now: float) -> I64:
+        """(entries, hosts) creatable counts; call `refresh_all` first for speed."""
+        table = cluster.table
+        n = len(table)
+        if not entries:
+            return np.zeros((0, n), dtype=np.int64)
+        state = self._state(table)
+        for e in entries:  # no work when `refresh_all` ran: every row is current
+            if state.seen[self.index[e.flavor]] != table.version:
+                self.resource_counts(table, e.flavor)
+        counts = state.counts[[self.index[e.flavor] for e in entries]]
+        room = self.headroom(cluster)
+        if room is not None:
+            counts = np.minimum(counts, room[None, :])
+        key = (id(table), tuple((e.flavor, e.pool) for e in entries))
+        cached = self._static_matrix.get(key)
+        if cached is None or cached[0] != n:
+            ok = np.array([self.static_mask(cluster, e.flavor, e.pool) for e in entries])
+            self._static_matrix[key] = (n, ok)
+        else:
+            ok = cached[1]
+        live = self.live(cluster, now)
+        if live is not None:
+            ok = ok & live[None, :]
+        return np.where(ok, np.maximum(counts, 0), 0)
+
     def forget(self, cluster: Cluster) -> None:
-        """Drop cached masks of a cluster that left."""
+        """Drop cached state of a cluster that left."""
         table_id = id(cluster.table)
+        self._counts.pop(table_id, None)
         for key in [k for k in self._static if k[0] == table_id]:
             del self._static[key]
+        for mkey in [k for k in self._static_matrix if k[0] == table_id]:
+            del self._static_matrix[mkey]
 
 
 # ---------------------------------------------------------------------------- report
@@ -210,13 +346,13 @@ def capacity_report(
             entries.append(cand)
             entry_bases.append(name)
     clusters = []
+    live = [c for c in topology.clusters.values() if c.enabled]
+    counter.refresh_all([c.table for c in live], [e.flavor for e in entries])
     for cluster in topology.clusters.values():
-        n = len(cluster.table)
-        counts = np.zeros((len(entries), n), dtype=np.int64)
         if cluster.enabled:
-            live = counter.live(cluster, now)
-            for i, cand in enumerate(entries):
-                counts[i] = counter.per_host(cluster, cand.flavor, cand.pool, now, live)
+            counts = counter.matrix(cluster, entries, now)
+        else:
+            counts = np.zeros((len(entries), len(cluster.table)), dtype=np.int64)
         clusters.append(
             ClusterCapacity(
                 cluster=cluster.name,

@@ -444,22 +444,6 @@ class PolicyEngine:
                     tuple(rejections),
                 )
 
-        # nothing fits as things are: the core explains each cluster that was short
-        for i, cand, cluster in short:
-            a = attempts[i]
-            diagnosis, message = self._explain(cluster, cand, request, ids, ds, now, a.capacity)
-            attempts[i] = Attempt(
-                a.variant,
-                a.flavor,
-                a.pool,
-                a.cluster,
-                a.pool_hosts,
-                a.capacity,
-                a.outcome,
-                message,
-                diagnosis,
-            )
-
         if cands.may_preempt:
             found = self._preempt(request, ids, now, cands, clusters, ds, attempts)
             if found is not None:
@@ -479,6 +463,22 @@ class PolicyEngine:
                     tuple(rejections),
                 )
                 return found
+        # a failure: the core explains each cluster that was short
+        for i, cand, cluster in short:
+            a = attempts[i]
+            diagnosis, message = self._explain(cluster, cand, request, ids, ds, now, a.capacity)
+            attempts[i] = Attempt(
+                a.variant,
+                a.flavor,
+                a.pool,
+                a.cluster,
+                a.pool_hosts,
+                a.capacity,
+                a.outcome,
+                message,
+                diagnosis,
+            )
+
         step = "preemption" if cands.may_preempt else "placement"
         return self._fail(request, step, rejections, cands, attempts)
 
@@ -508,6 +508,7 @@ class PolicyEngine:
                     cluster.created_at,
                     candidates=cluster.preemptible_by_host,
                     exact_limit=limit,
+                    known_not_to_fit=True,
                 )
                 outcome = "no_preemption_plan" if plan is None else "preemption_plan"
                 message = "" if plan is None else f"evict {len(plan.evictions)}"
@@ -784,6 +785,11 @@ class PolicyEngine:
             if expected != generation:
                 raise PolicyConflictError(f"host {host} changed since the decision")
 
+        created = ds is not None and ds.name not in topo.sets
+        if ds is not None and created:
+            topo.add_deployment_set(
+                DeploymentSetSpec(name=ds.name, max_size=ds.max_size, scope=ds.scope)
+            )
         before = {v.instance_id: int(table.generation[table.row(v.host)]) for v in victims}
         for v in victims:
             table.release(v.instance_id)
@@ -791,6 +797,8 @@ class PolicyEngine:
             commit(table, placement.decision)
         except (StaleGenerationError, ClaimError) as exc:
             _restore(table, victims, before)
+            if ds is not None and created:
+                topo.remove_deployment_set(ds.name)
             raise PolicyConflictError(str(exc)) from None
 
         evicted = []
@@ -809,10 +817,6 @@ class PolicyEngine:
                     meta.user if meta is not None else "unknown",
                     ids,
                 )
-            )
-        if ds is not None and ds.name not in topo.sets:
-            topo.add_deployment_set(
-                DeploymentSetSpec(name=ds.name, max_size=ds.max_size, scope=ds.scope)
             )
         for sel in placement.decision.selections:
             cluster.note(

@@ -135,26 +135,29 @@ def plan_preemption(
     candidates: Mapping[str, Collection[str]] | None = None,
     max_verifications: int = 16,
     rounds: int = 4,
+    known_not_to_fit: bool = False,
 ) -> PreemptionPlan | None:
     """The least-damage plan that makes `request` fit, or None when no eviction set does.
 
     `preemptible(alloc)` says which instances may be evicted; `created_at(alloc)` gives their
     creation time (ages break ties). `candidates` (host -> instance ids), when the caller keeps
     such an index, saves a scan of every allocation; `preemptible` is still asked of each.
+    `known_not_to_fit` skips the first step (the caller has just seen the request fail).
     The table is not changed. Bad requests raise the core's `SpecError` as
     `select_destinations` does.
     """
-    try:
-        decision = scheduler.select_destinations(table, request, now)
-    except NoValidHost:
-        pass
-    else:
-        return PreemptionPlan(evictions=(), decision=decision, host=decision.hosts[0])
+    if not known_not_to_fit:
+        try:
+            decision = scheduler.select_destinations(table, request, now)
+        except NoValidHost:
+            pass
+        else:
+            return PreemptionPlan(evictions=(), decision=decision, host=decision.hosts[0])
 
     ids = request.ids()
     protected = set(ids) | set(request.same_host)
-    by_host = _victims_by_host(table, preemptible, candidates, protected)
-    if not by_host:
+    source = _Victims(preemptible, candidates, protected)
+    if not source.any(table):
         return None
 
     def lost(alloc: Allocation) -> float:
@@ -162,7 +165,7 @@ def plan_preemption(
 
     search = _Search(scheduler, now, lost, exact_limit, max_verifications, rounds)
     if request.num_instances == 1:
-        choice = search.one(table, request, by_host)
+        choice = search.one(table, request, source)
         if choice is None:
             return None
         return _plan(table, request, [choice], choice.decision.selections, created_at)
@@ -178,12 +181,12 @@ def plan_preemption(
         try:
             step = scheduler.select_destinations(work, sub, now)
         except NoValidHost:
-            choice = search.one(work, sub, by_host)
+            choice = search.one(work, sub, source)
             if choice is None:
                 return None
             for victim in choice.victims:
                 work.release(victim.instance_id)
-                by_host[victim.host] = [a for a in by_host[victim.host] if a is not victim]
+                source.evicted.add(victim.instance_id)
             choices.append(choice)
             step = choice.decision
         commit(work, step)
@@ -191,28 +194,51 @@ def plan_preemption(
     return _plan(table, request, choices, tuple(selections), created_at)
 
 
-def _victims_by_host(
-    table: HostTable,
-    preemptible: Callable[[Allocation], bool],
-    candidates: Mapping[str, Collection[str]] | None,
-    protected: set[str],
-) -> dict[str, list[Allocation]]:
-    out: dict[str, list[Allocation]] = {}
-    if candidates is None:
-        allocs: Iterable[Allocation] = table.allocations.values()
-    else:
-        allocs = (
-            a
-            for host_ids in candidates.values()
-            for iid in host_ids
-            if (a := table.allocations.get(iid)) is not None
-        )
-    for alloc in allocs:
-        if alloc.instance_id not in protected and preemptible(alloc):
-            out.setdefault(alloc.host, []).append(alloc)
-    for victims in out.values():
-        victims.sort(key=lambda a: a.instance_id)
-    return out
+class _Victims:
+    """Preemptible instances per host, gathered only for the hosts the search looks at.
+
+    With the caller's index (`candidates`: host -> instance ids) nothing else is scanned; without
+    it, every allocation is classified once, on first use.
+    """
+
+    def __init__(
+        self,
+        preemptible: Callable[[Allocation], bool],
+        candidates: Mapping[str, Collection[str]] | None,
+        protected: set[str],
+    ) -> None:
+        self.preemptible = preemptible
+        self.candidates = candidates
+        self.protected = protected
+        self.evicted: set[str] = set()
+        self._scanned: dict[str, list[str]] | None = None
+
+    def _index(self, table: HostTable) -> Mapping[str, Collection[str]]:
+        if self.candidates is not None:
+            return self.candidates
+        if self._scanned is None:
+            self._scanned = {}
+            for alloc in table.allocations.values():
+                if alloc.instance_id not in self.protected and self.preemptible(alloc):
+                    self._scanned.setdefault(alloc.host, []).append(alloc.instance_id)
+        return self._scanned
+
+    def any(self, table: HostTable) -> bool:
+        return any(self._index(table).values())
+
+    def hosts(self, table: HostTable) -> list[str]:
+        return [h for h, ids in self._index(table).items() if ids and h in table.index]
+
+    def on(self, table: HostTable, host: str) -> list[Allocation]:
+        """The host's evictable instances, by id."""
+        out = []
+        for iid in sorted(self._index(table).get(host, ())):
+            if iid in self.protected or iid in self.evicted:
+                continue
+            alloc = table.allocations.get(iid)
+            if alloc is not None and alloc.host == host and self.preemptible(alloc):
+                out.append(alloc)
+        return out
 
 
 def _plan(
@@ -301,11 +327,9 @@ class _Search:
         self.rounds = rounds
 
     # ------------------------------------------------------------------ one instance
-    def one(
-        self, table: HostTable, request: RequestSpec, by_host: Mapping[str, list[Allocation]]
-    ) -> _Choice | None:
+    def one(self, table: HostTable, request: RequestSpec, source: _Victims) -> _Choice | None:
         d = table.demand(request.flavor)
-        hosts = self._candidates(table, request, d, by_host)
+        hosts = self._candidates(table, request, d, source)
         if not hosts:
             return None
         exact = [h for h in hosts if len(h.victims) <= self.exact_limit]
@@ -343,7 +367,7 @@ class _Search:
         table: HostTable,
         request: RequestSpec,
         d: Demand,
-        by_host: Mapping[str, list[Allocation]],
+        source: _Victims,
     ) -> list[_Host]:
         """Hosts that pass the non-resource filters and fit once all their victims are gone."""
         ctx = Context(table, request, d, self.now)
@@ -353,30 +377,28 @@ class _Search:
                 screen &= flt.mask(ctx)
         if any(isinstance(f, NumaTopologyFilter) for f in self.scheduler.filters):
             screen &= page_size_ok(ctx)
-        names = [h for h, vs in by_host.items() if vs and h in table.index]
+        names = [h for h in source.hosts(table) if screen[table.index[h]]]
+        by_host = {h: source.on(table, h) for h in names}
+        names = [h for h in names if by_host[h]]
+        if not names:
+            return []
         rows = np.array([table.index[h] for h in names], dtype=np.int64)
-        if rows.size == 0:
-            return []
-        keep = screen[rows]
-        names = [n for n, k in zip(names, keep, strict=True) if k]
-        rows = rows[keep]
-        if rows.size == 0:
-            return []
         width = table.width
         cf = numa.take(table.cell_free, rows).reshape(rows.size, -1).astype(np.float64)
         hf = numa.take(table.host_free, rows).astype(np.float64)
         base = np.concatenate([cf, hf], axis=1)  # (H, X)
-        uses = []
-        for name in names:
-            uses.append(
-                np.array(
-                    [
-                        np.concatenate([a.cell_use.reshape(-1), a.host_use]).astype(np.float64)
-                        for a in by_host[name]
-                    ]
-                )
-            )
-        freed = np.array([u.sum(axis=0) for u in uses])
+        flat = [a for name in names for a in by_host[name]]
+        every = np.concatenate(
+            [
+                np.array([a.cell_use for a in flat]).reshape(len(flat), -1),
+                np.array([a.host_use for a in flat]),
+            ],
+            axis=1,
+        ).astype(np.float64)
+        sizes = np.array([len(by_host[name]) for name in names])
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        freed = np.add.reduceat(every, starts, axis=0)
+        uses = [every[a : a + m] for a, m in zip(starts, sizes, strict=True)]
         fits_all = self._fits(d, base + freed, width)
         weights, need_idle = _idle_weights(table, d, rows)
         need = _need(d, width)

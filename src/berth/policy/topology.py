@@ -141,6 +141,18 @@ class Topology:
             _register_group(cluster.table, ds.name)
         return found
 
+    def remove_deployment_set(self, name: str) -> None:
+        """Drop an empty set (and its server group in every table)."""
+        ds = self.sets.get(name)
+        if ds is None:
+            raise PolicyError(f"unknown deployment set {name!r}")
+        if ds.members:
+            raise PolicyError(f"deployment set {name!r} still has {len(ds.members)} members")
+        del self.sets[name]
+        for cluster in self.clusters.values():
+            if not cluster.table.group_rows.get(name):
+                cluster.table.groups.pop(name, None)
+
     def add_idc(self, region: str, idc: IdcSpec) -> Idc:
         if idc.name in self.idcs:
             raise PolicyError(f"IDC {idc.name!r} already exists")
