@@ -5,6 +5,8 @@ NUMA topology has its own module (test_filter_numa.py).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -47,10 +49,10 @@ from tests.builders import (
 
 
 def rejections(
-    flt: HostFilter, table: HostTable, flavor_name: str, **kwargs: object
+    flt: HostFilter, table: HostTable, flavor_name: str, **kwargs: Any
 ) -> list[tuple[Rejection, list[str]]]:
     """`explain` over the rejected hosts, reasons without hosts dropped."""
-    ctx = context(table, flavor_name, **kwargs)  # type: ignore[arg-type]
+    ctx = context(table, flavor_name, **kwargs)
     failed = ~flt.mask(ctx)
     out = []
     for why, hosts in flt.explain(ctx, failed):
