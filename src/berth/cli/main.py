@@ -338,9 +338,11 @@ def demo(
 # Command groups that live in their own modules register themselves here, one line each.
 from berth.cli.schedule import register as _register_schedule  # noqa: E402
 from berth.cli.service import register as _register_service  # noqa: E402
+from berth.cli.simulate import register as _register_simulate  # noqa: E402
 
 _register_service(app)
 _register_schedule(app)
+_register_simulate(app)
 
 
 def main() -> None:  # pragma: no cover - console entry

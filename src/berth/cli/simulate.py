@@ -1,0 +1,264 @@
+"""`berth simulate`: replay a trace against a fleet under several policies; write a report.
+
+    berth simulate --trace azure --fleet 560xazure-1 --policy nova,first_fit,best_fit,berth \\
+                   --out sim-out [--seed 0] [--limit N] [--json]
+
+Exit codes: 0 done, 2 bad input (one line naming the file, line or option).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from berth.core.errors import BerthError
+from berth.sim.azure import read_azure
+from berth.sim.evictions import default_evictor
+from berth.sim.fleets import load_fleet_or_sizing
+from berth.sim.policies import resolve_all
+from berth.sim.replay import PolicyRun, ReplayOptions, Simulation
+from berth.sim.report import write_report
+from berth.sim.synthetic import DEFAULT_SIZING, SyntheticConfig, generate
+from berth.sim.trace import Trace
+from berth.sim.tracefile import read_trace
+
+out = Console()
+err = Console(stderr=True)
+
+EXIT_BAD_INPUT = 2
+DEFAULT_POLICIES = "nova,first_fit,best_fit,worst_fit,berth"
+DEFAULT_FLEETS = {"azure": "560xazure-1", "synthetic": DEFAULT_SIZING}
+
+
+def _fail(message: str) -> NoReturn:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def load_trace(spec: str, seed: int, azure_dir: Path | None, days: float) -> Trace:
+    if spec == "azure":
+        return read_azure(azure_dir)
+    if spec == "synthetic":
+        return generate(SyntheticConfig(seed=seed, days=days))
+    return read_trace(spec)
+
+
+def run_simulation(
+    trace_spec: str,
+    fleet_spec: str | None,
+    policies: str,
+    out_dir: Path,
+    *,
+    seed: int = 0,
+    limit: int | None = None,
+    azure_dir: Path | None = None,
+    days: float = 1.0,
+    track: list[str] | None = None,
+    sample_every: float | None = None,
+    bound: bool = True,
+    preemption: bool = True,
+    plots: bool = True,
+    show_progress: bool = True,
+    command: str | None = None,
+) -> dict[str, Any]:
+    """The whole command without the console: read, replay each policy, write the report."""
+    trace = load_trace(trace_spec, seed, azure_dir, days)
+    if limit is not None:
+        trace = trace.head(limit)
+    chosen = resolve_all(policies.split(","))
+    spec = fleet_spec or DEFAULT_FLEETS.get(trace_spec)
+    if spec is None:
+        raise BerthError("--fleet is required for a trace file (a fleet file or a sizing spec)")
+    fleet, fleet_desc = load_fleet_or_sizing(spec, trace)
+    evictor = default_evictor() if preemption else None
+    options = ReplayOptions(
+        seed=seed,
+        sample_every=sample_every,
+        track_flavors=track or None,
+        evictor=evictor,
+        bound=bound,
+    )
+    sim = Simulation(trace, fleet, options)
+    runs: list[PolicyRun] = []
+    if show_progress:
+        with Progress(
+            TextColumn("[bold]{task.description:<12}"),
+            BarColumn(),
+            TextColumn("{task.completed:,}/{task.total:,} events"),
+            TimeElapsedColumn(),
+            console=err,
+            transient=False,
+        ) as bar:
+            for policy in chosen:
+                task = bar.add_task(policy.name, total=int(sim.ev_time.size))
+
+                def tick(done: int, total: int, task: Any = task) -> None:
+                    bar.update(task, completed=done)
+
+                sim.options.progress = tick
+                runs.append(sim.run(policy))
+        sim.options.progress = None
+    else:
+        runs = [sim.run(p) for p in chosen]
+    opts = {
+        "seed": seed,
+        "limit": limit,
+        "sample_every_s": sim.sample_every,
+        "full_fraction": options.full_fraction,
+        "preemption": evictor.name if evictor else "off",
+    }
+    return write_report(out_dir, sim, runs, fleet_desc, command, opts, plots)
+
+
+def _summary_table(metrics: dict[str, Any]) -> Table:
+    tracked = metrics["trace"]["tracked_flavors"]
+    big = tracked[0] if tracked else None
+    grid = Table(title=f"{metrics['trace']['name']} on {metrics['fleet']}")
+    heads = ("policy", "accept", "evict", "CPU%", "mem%", "empty", "frag", "to bound", "p50 µs")
+    for col in (*heads, "ev/s"):
+        grid.add_column(col, justify="left" if col == "policy" else "right")
+
+    def pct(x: float | None, digits: int = 1) -> str:
+        return "–" if x is None else f"{100 * x:.{digits}f}"
+
+    for s in metrics["policies"]:
+        util = s["utilisation"]
+        lat = s["latency_us"]
+        grid.add_row(
+            s["policy"],
+            pct(s["acceptance"]["overall"], 2),
+            f"{s['evictions']['total']:,}",
+            pct(util["cpu_used_hosts"]),
+            pct(util["memory_used_hosts"]),
+            f"{s['hosts']['empty_mean'] or 0:.0f}",
+            pct(s["fragmentation"][big]["mean"]) if big else "–",
+            pct(s["bound"]["distance"]),
+            f"{lat['p50']:.0f}" if lat else "–",
+            f"{s['performance']['events_per_s']:,.0f}",
+        )
+    grid.caption = (
+        "accept: % of in-window requests placed; CPU%/mem%: utilisation of used hosts; "
+        f"frag: % of free CPU that cannot hold {big}; to bound: hosts used / lower bound - 1"
+    )
+    return grid
+
+
+def register(app: typer.Typer) -> None:
+    """Add `berth simulate` to the CLI."""
+
+    @app.command()
+    def simulate(
+        trace: Annotated[
+            str,
+            typer.Option(
+                "--trace",
+                help="azure (the Protean/CoSpot sample), synthetic (a 360-like day) or a trace "
+                "file (CSV/JSONL, see docs/simulator.md).",
+            ),
+        ],
+        out_dir: Annotated[Path, typer.Option("--out", "-o", help="Output directory.")],
+        fleet: Annotated[
+            str | None,
+            typer.Option(
+                "--fleet",
+                "-f",
+                help="Fleet snapshot file, sizing file, or sizing spec like 560xazure-1 or "
+                "90xstd-2s+11xssd-2s (hosts per cluster). Default: 560xazure-1 for azure, "
+                f"{DEFAULT_SIZING} for synthetic.",
+            ),
+        ] = None,
+        policy: Annotated[
+            str,
+            typer.Option(
+                "--policy",
+                "-p",
+                help="Comma-separated profiles (nova, first_fit, best_fit, worst_fit, berth, "
+                "spread, pack, ...) or scheduler configuration files.",
+            ),
+        ] = DEFAULT_POLICIES,
+        seed: Annotated[int, typer.Option(help="Seed for the generator and tie-breaking.")] = 0,
+        limit: Annotated[
+            int | None, typer.Option(min=1, help="Replay only the first N requests.")
+        ] = None,
+        as_json: Annotated[
+            bool, typer.Option("--json", help="Print metrics.json's summary as JSON.")
+        ] = False,
+        azure_dir: Annotated[
+            Path | None,
+            typer.Option(
+                help="Directory of the Azure sample (default: $BERTH_AZURE_TRACE_DIR "
+                "or the shared data directory)."
+            ),
+        ] = None,
+        days: Annotated[float, typer.Option(min=0.01, help="Synthetic trace length.")] = 1.0,
+        flavor: Annotated[
+            list[str] | None,
+            typer.Option("--flavor", help="Flavor to track fragmentation for (repeatable)."),
+        ] = None,
+        sample_every: Annotated[
+            float | None, typer.Option(help="Seconds of trace time between samples.")
+        ] = None,
+        no_bound: Annotated[
+            bool, typer.Option("--no-bound", help="Skip the LP/MIP lower bound.")
+        ] = False,
+        no_preemption: Annotated[
+            bool, typer.Option("--no-preemption", help="Never evict preemptible instances.")
+        ] = False,
+        no_plots: Annotated[bool, typer.Option("--no-plots", help="Skip the PNG plots.")] = False,
+    ) -> None:
+        """Replay a VM trace against a fleet under several placement policies; write a report."""
+        command = "berth " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+        started = time.perf_counter()
+        try:
+            metrics = run_simulation(
+                trace,
+                fleet,
+                policy,
+                out_dir,
+                seed=seed,
+                limit=limit,
+                azure_dir=azure_dir,
+                days=days,
+                track=flavor,
+                sample_every=sample_every,
+                bound=not no_bound,
+                preemption=not no_preemption,
+                plots=not no_plots,
+                show_progress=not as_json,
+                command=command,
+            )
+        except BerthError as exc:
+            _fail(str(exc))
+        if as_json:
+            sys.stdout.write(
+                json.dumps(
+                    {
+                        "out": str(out_dir),
+                        "trace": metrics["trace"],
+                        "fleet": metrics["fleet"],
+                        "policies": [
+                            {k: v for k, v in s.items() if k != "windows"}
+                            for s in metrics["policies"]
+                        ],
+                    },
+                    indent=2,
+                )
+                + "\n"
+            )
+            return
+        out.print(_summary_table(metrics))
+        if metrics["trace"]["citation"]:
+            out.print(f"[dim]{metrics['trace']['citation']}[/]", soft_wrap=True)
+        out.print(
+            f"Report: {out_dir / 'report.md'}, metrics: {out_dir / 'metrics.json'} "
+            f"({time.perf_counter() - started:.1f} s)"
+        )

@@ -1,0 +1,186 @@
+"""Placement policies to compare: named scheduler profiles, or a user's configuration file.
+
+Built-in names (all `berth.core.config.PROFILES`):
+
+* ``nova``: Nova's default, spread by free RAM (RAMWeigher +1; soft (anti-)affinity).
+* ``first_fit``: the first host in fleet order that fits.
+* ``best_fit``: the host left fullest (least free CPU + memory share after placing).
+* ``worst_fit``: the host left emptiest.
+* ``berth``: Berth's default, fragmentation-aware (keeps room for the large flavors), then pack.
+* ``spread`` / ``pack`` and any profile added to PROFILES.
+
+A path to a YAML or JSON file is read as a `SchedulerConfig` (docs/scheduling.md); the policy is
+named after the file's stem.
+
+Lean filters. The core's default list has 18 filters; most cannot reject anything in a given
+replay (no images, no PCI, ...), yet each costs a pass over the fleet per decision. For the
+named profiles (and files that do not list `filters`) the simulator keeps the default order but
+drops every filter that provably passes every host for this trace and fleet: request-dependent
+ones whose inputs the trace never uses (images, PCI, traits, hints, zones, groups), and the
+compute filter when every host is enabled and fresh at the start. Soft-affinity weighers are
+dropped when no soft group exists (their values are all zero). Such decisions are the same as
+with the full list; only the time differs. One real difference: `num_instances` (an operational
+cap of 50 instances per host, not a resource) is dropped too, so that traces are replayed on
+resources alone; list `filters` in a policy file to keep it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import yaml
+from pydantic import ValidationError
+
+from berth.core.config import DEFAULT_FILTERS, PROFILES, SchedulerConfig, WeigherConfig
+from berth.core.engine import FilterScheduler
+from berth.core.errors import BerthError
+from berth.core.filters.base import Context
+from berth.core.flavors import FlavorSpec, NumaMode
+from berth.core.model import GroupPolicy
+from berth.core.registry import filter_class
+from berth.core.request import RequestSpec
+from berth.core.table import HostTable
+from berth.fleet.io import describe_validation_error
+
+DESCRIPTIONS = {
+    "nova": "Nova default: spread by free RAM",
+    "first_fit": "first fit (fleet order)",
+    "best_fit": "best fit (least CPU+RAM share left)",
+    "worst_fit": "worst fit (most CPU+RAM share left)",
+    "berth": "Berth default: fragmentation-aware, then pack",
+    "spread": "spread by free RAM and vCPU",
+    "pack": "pack by free RAM and vCPU",
+}
+
+ALIASES = {"first-fit": "first_fit", "best-fit": "best_fit", "worst-fit": "worst_fit"}
+
+CLASSIC = ("nova", "first_fit", "best_fit", "worst_fit")
+"""The classic policies Berth's default is compared with."""
+
+
+class PolicyError(BerthError):
+    """An unknown policy name or an invalid policy file."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    config: SchedulerConfig
+    description: str
+    lean: bool = True
+    """True when the simulator may drop filters/weighers that cannot change a decision."""
+
+
+def resolve(spec: str) -> Policy:
+    """A policy from a profile name or a configuration file path."""
+    name = ALIASES.get(spec.strip(), spec.strip())
+    if name in PROFILES:
+        return Policy(
+            name=name,
+            config=SchedulerConfig(weighers=list(PROFILES[name])),
+            description=DESCRIPTIONS.get(name, f"profile {name}"),
+        )
+    path = Path(spec)
+    if not path.exists():
+        raise PolicyError(
+            f"unknown policy {spec!r}: not a profile ({', '.join(PROFILES)}) and not a file"
+        )
+    try:
+        text = path.read_text(encoding="utf-8")
+        raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (OSError, json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise PolicyError(f"{path}: cannot read the policy file ({exc})") from None
+    try:
+        config = SchedulerConfig.model_validate(raw or {})
+    except ValidationError as exc:
+        raise PolicyError(f"{path}: {describe_validation_error(exc)}") from None
+    FilterScheduler.from_config(config)  # unknown plugins and bad params fail here, clearly
+    return Policy(
+        name=path.stem,
+        config=config,
+        description=f"user profile {path.name}",
+        lean="filters" not in config.model_fields_set,
+    )
+
+
+def resolve_all(specs: Iterable[str]) -> list[Policy]:
+    out: list[Policy] = []
+    for spec in specs:
+        if not spec.strip():
+            continue
+        policy = resolve(spec)
+        if any(p.name == policy.name for p in out):
+            raise PolicyError(f"policy {policy.name!r} is listed twice")
+        out.append(policy)
+    if not out:
+        raise PolicyError("no policy given")
+    return out
+
+
+def _needed_filters(
+    table: HostTable, flavors: Sequence[FlavorSpec], zoned: bool, now: float
+) -> set[str]:
+    """Filters that can reject some host for some request of this replay."""
+    need = {"ram", "vcpu"}
+    if zoned:
+        need.add("availability_zone")
+    if any(f.required_traits or f.forbidden_traits for f in flavors):
+        need.add("traits")
+    if any(f.aggregate_specs for f in flavors):
+        need.add("aggregate_instance_extra_specs")
+    if any(f.capability_specs for f in flavors):
+        need.add("compute_capabilities")
+    if any(f.trusted for f in flavors):
+        need.add("trusted")
+    if any(f.disk_gb for f in flavors):
+        need.add("disk")
+    if any(f.pci for f in flavors):
+        need.add("pci_passthrough")
+    if any(f.numa_mode != NumaMode.NONE or f.hugepages for f in flavors):
+        need.add("numa_topology")
+    policies = {g.policy for g in table.groups.values()}
+    if GroupPolicy.ANTI_AFFINITY in policies:
+        need.add("server_group_anti_affinity")
+    if GroupPolicy.AFFINITY in policies:
+        need.add("server_group_affinity")
+    # host-state filters: kept when they reject some host at the start of the replay
+    if flavors:
+        probe = Context(
+            table, RequestSpec(flavor=flavors[0].name), table.demand(flavors[0].name), now
+        )
+        compute = filter_class("compute")()
+        if not bool(np.all(compute.mask(probe))):
+            need.add("compute")
+    return need
+
+
+def lean_config(
+    policy: Policy, table: HostTable, flavors: Sequence[str], zoned: bool, now: float
+) -> SchedulerConfig:
+    """The policy's configuration with no-op filters and weighers removed (see module doc)."""
+    if not policy.lean:
+        return policy.config
+    specs = [table.flavors[f] for f in flavors]
+    need = _needed_filters(table, specs, zoned, now)
+    base = policy.config.filters if "filters" in policy.config.model_fields_set else DEFAULT_FILTERS
+    filters = [f for f in base if f in need or f not in DEFAULT_FILTERS]
+    soft = {
+        g.policy
+        for g in table.groups.values()
+        if g.policy in (GroupPolicy.SOFT_AFFINITY, GroupPolicy.SOFT_ANTI_AFFINITY)
+    }
+    weighers: list[WeigherConfig] = []
+    for w in policy.config.weighers:
+        if w.name == "soft_affinity" and GroupPolicy.SOFT_AFFINITY not in soft:
+            continue
+        if w.name == "soft_anti_affinity" and GroupPolicy.SOFT_ANTI_AFFINITY not in soft:
+            continue
+        weighers.append(w)
+    params = {k: v for k, v in policy.config.filter_params.items() if k in filters}
+    return policy.config.model_copy(
+        update={"filters": filters, "weighers": weighers, "filter_params": params}
+    )
