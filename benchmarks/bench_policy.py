@@ -194,7 +194,8 @@ def fill(engine: PolicyEngine, seed: int) -> dict[str, int]:
             used = 0
             misses = 0
             while used < target * capacity and misses < 6:
-                flavor = rng.choice(small[pool] if misses > 2 and small[pool] else by_pool[pool])
+                tiny = misses > 2 or (hot and rng.random() < 0.6)  # hot hosts: many small VMs
+                flavor = rng.choice(small[pool] if tiny and small[pool] else by_pool[pool])
                 iid = f"vm-{n:08d}"
                 try:
                     table.claim(iid, name, flavor)

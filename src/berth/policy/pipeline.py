@@ -496,7 +496,7 @@ class PolicyEngine:
         for cand in cands.items:
             best: tuple[tuple[int, float, float, int], Placement] | None = None
             for order, (cluster, net) in enumerate(clusters):
-                if not cluster.preemptible_by_host:
+                if not self._has_victims(cluster, cand.pool):
                     continue
                 core_request = self._core_request(request, cand, ids, ds)
                 plan = plan_preemption(
@@ -540,6 +540,14 @@ class PolicyEngine:
         return None
 
     # ------------------------------------------------------------------ helpers
+    def _has_victims(self, cluster: Cluster, pool: str) -> bool:
+        """Whether any host of the pool runs a preemptible instance."""
+        if not cluster.preemptible_by_host:
+            return False
+        table = cluster.table
+        members = cluster.pool_mask(self._traits(pool))
+        return any(members[table.index[h]] for h in cluster.preemptible_by_host)
+
     def _ids(self, request: ScheduleRequest) -> tuple[str, ...]:
         if request.instance_ids is not None:
             if len(request.instance_ids) != request.count:

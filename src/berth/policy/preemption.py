@@ -336,17 +336,19 @@ class _Search:
         heuristic = [h for h in hosts if len(h.victims) > self.exact_limit]
         # (k, idle, lost, row, subset index order) -> candidate
         found: dict[int, list[tuple[float, float, int, int, tuple[int, ...], str]]] = {}
-        for h in heuristic:
-            best = self._heuristic(d, h)
-            if best is not None:
-                subset, idle, lost = best
-                found.setdefault(len(subset), []).append(
-                    (idle, lost, h.row, 0, subset, "heuristic")
-                )
         by_row = {h.row: h for h in hosts}
-        top = max([len(h.victims) for h in exact] + list(found), default=0)
+        top = max(len(h.victims) for h in hosts)
         verifications = 0
         for k in range(1, top + 1):
+            # a heuristic host runs once k reaches its lower bound; its answer (never below
+            # the bound) waits in `found` for its own k
+            for h in [h for h in heuristic if h.lower_bound == k]:
+                best = self._heuristic(d, h)
+                if best is not None:
+                    subset, idle, lost = best
+                    found.setdefault(len(subset), []).append(
+                        (idle, lost, h.row, 0, subset, "heuristic")
+                    )
             cands = found.get(k, []) + self._exact_at(
                 d, [h for h in exact if h.lower_bound <= k], k
             )
@@ -377,6 +379,8 @@ class _Search:
                 screen &= flt.mask(ctx)
         if any(isinstance(f, NumaTopologyFilter) for f in self.scheduler.filters):
             screen &= page_size_ok(ctx)
+        # hosts where the instance could not fit even empty are out before victims are looked at
+        screen &= numa.count(d, table.cell_cap, table.host_cap, limit=1) >= 1
         names = [h for h in source.hosts(table) if screen[table.index[h]]]
         by_host = {h: source.on(table, h) for h in names}
         names = [h for h in names if by_host[h]]
@@ -401,7 +405,7 @@ class _Search:
         uses = [every[a : a + m] for a, m in zip(starts, sizes, strict=True)]
         fits_all = self._fits(d, base + freed, width)
         weights, need_idle = _idle_weights(table, d, rows)
-        need = _need(d, width)
+        bounds = _lower_bounds(base, every, sizes, starts, _need(d, width), width)
         out: list[_Host] = []
         for i in np.flatnonzero(fits_all):
             name = names[i]
@@ -418,7 +422,7 @@ class _Search:
                     lost=lost,
                     base=base[i],
                     base_idle=float(base[i] @ weights[i] - need_idle[i]),
-                    lower_bound=_lower_bound(base[i], use, need, width),
+                    lower_bound=int(bounds[i]),
                 )
             )
         return out
@@ -543,16 +547,21 @@ def _summed(vec: F64, width: int) -> F64:
     return np.concatenate([cells, vec[..., CELLS * width :]], axis=-1)
 
 
-def _lower_bound(base: F64, use: F64, need: F64, width: int) -> int:
-    """Victims needed at least: per resource, the largest victims first must cover the deficit."""
-    deficit = _summed(need, width) - _summed(base, width)
-    per = _summed(use, width)  # (m, R)
-    bound = 0
-    for r in np.flatnonzero(deficit > 0):
-        cum = np.cumsum(np.sort(per[:, r])[::-1])
-        reach = np.flatnonzero(cum >= deficit[r])
-        bound = max(bound, int(reach[0]) + 1 if reach.size else len(per) + 1)
-    return max(bound, 1)
+def _lower_bounds(base: F64, every: F64, sizes: I64, starts: I64, need: F64, width: int) -> I64:
+    """Per host, victims needed at least: for each resource, the largest victims first must
+    cover the deficit (cells summed). Vectorised over hosts with victims padded to the most."""
+    hosts, most = len(sizes), int(sizes.max(initial=0))
+    per = _summed(every, width)  # (victims, R)
+    padded = np.zeros((hosts, max(most, 1), per.shape[1]))
+    owner = np.repeat(np.arange(hosts), sizes)
+    slot = np.arange(per.shape[0]) - np.repeat(starts, sizes)
+    padded[owner, slot] = per
+    cum = np.cumsum(-np.sort(-padded, axis=1), axis=1)  # largest first
+    deficit = _summed(need, width)[None, :] - _summed(base, width)  # (H, R)
+    reach = cum >= deficit[:, None, :]
+    first = np.where(reach.any(axis=1), reach.argmax(axis=1) + 1, most + 1)  # (H, R)
+    bound = np.where(deficit > 0, first, 0).max(axis=1, initial=0)
+    return np.maximum(bound, 1)
 
 
 def _idle_weights(table: HostTable, d: Demand, rows: I64) -> tuple[F64, F64]:
