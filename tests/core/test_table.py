@@ -355,12 +355,6 @@ def test_derived_caches_follow_claims_releases_and_state():
     assert sched.capacity(table, "p", NOW).tolist() == [4, 0, 1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: HostTable.add_flavor replaces a flavor's spec and demand but keeps the "
-    "derived caches keyed by the flavor's name (('count', name), ('cells_fit', name), "
-    "fragmentation costs), so counts and the NUMA filter keep answering for the old spec",
-)
 def test_redefining_a_flavor_refreshes_its_derived_values():
     table = table_of([host("h", pcpus=8, mem=8192)], [flavor("p", vcpus=1, pinned=True)])
     sched = scheduler()
@@ -371,13 +365,6 @@ def test_redefining_a_flavor_refreshes_its_derived_values():
     assert passing(NumaTopologyFilter(), table, "p") == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: HostTable._stated_use takes a stated two-cell guest's host-level devices from "
-    "cell 0 first, while the live claim rule (numa.place, docs/numa.md) takes them from the "
-    "cell with more free devices; a table reloaded from its own snapshot then has a different "
-    "per-cell device layout and a different count for one-cell guests with cell-local devices",
-)
 def test_snapshot_reload_takes_devices_as_the_live_claim_did():
     h = host(
         "h",

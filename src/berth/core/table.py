@@ -183,6 +183,7 @@ class HostTable:
             )
         self.flavors[spec.name] = spec
         self.demands[spec.name] = build_demand(spec, self.device_types)
+        self._derived = {}  # cached values may depend on the old definition of this name
 
     def add_hosts(self, hosts: list[Host], aggregate_meta: dict[str, dict[str, str]]) -> None:
         """Append hosts as new rows. Existing rows, claims and generations are untouched."""
@@ -397,7 +398,7 @@ class HostTable:
         if server_group is not None and server_group not in self.groups:
             raise ClaimError(f"unknown server group {server_group!r}")
         spec = self.demand(flavor).spec
-        if spec.hugepages and not self.page_size_ok(spec)[row]:
+        if spec.hugepages and not self.page_size_ok(spec, row)[0]:
             raise ClaimError(f"host {host!r} has no huge pages of the size flavor {flavor!r} needs")
         if cell_use is None or host_use is None:
             d = self.demand(flavor)
@@ -502,16 +503,18 @@ class HostTable:
         for cell, (vcpus, memory) in shape.items():
             cell_use[cell, d.cpu_column] = vcpus
             cell_use[cell, d.mem_column] = memory
-        if d.mode == NumaMode.SINGLE:
-            (own,) = shape
-            cell_use[own, CELL_BASE:] = d.cells[0, CELL_BASE:]  # cell-local devices
-        else:
-            own = 0
-        # host-level devices: the guest's own cell first, then the other
         free = self.cell_free[row, :, CELL_BASE:]
-        take_own = np.minimum(d.pci, np.maximum(free[own], 0))
-        cell_use[own, CELL_BASE:] += take_own
-        cell_use[1 - own, CELL_BASE:] += d.pci - take_own
+        if d.mode == NumaMode.SINGLE:
+            (cell,) = shape
+            cell_use[cell, CELL_BASE:] = d.cells[0, CELL_BASE:]  # cell-local devices
+            own = np.full(free.shape[1], cell)
+        else:  # as `numa.place`: per device type, the cell with more free devices first
+            own = (free[1] > free[0]).astype(np.int64)
+        # host-level devices: the guest's own cell first, then the other
+        cols = np.arange(free.shape[1])
+        take_own = np.minimum(d.pci, np.maximum(free[own, cols], 0))
+        cell_use[own, CELL_BASE + cols] += take_own
+        cell_use[1 - own, CELL_BASE + cols] += d.pci - take_own
         return cell_use, d.host.copy()
 
     # ------------------------------------------------------------------ state
@@ -529,11 +532,13 @@ class HostTable:
             return True
         return False
 
-    def page_size_ok(self, spec: FlavorSpec) -> Mask:
-        """Hosts whose huge-page size suits the flavor and divides each guest cell's memory."""
+    def page_size_ok(self, spec: FlavorSpec, row: int | None = None) -> Mask:
+        """Hosts (or the one `row`) whose huge-page size suits the flavor and divides each
+        guest cell's memory."""
+        page_kb = self.page_kb if row is None else self.page_kb[row : row + 1]
         if spec.page_size_kb == 0:
-            return np.ones(len(self), dtype=bool)
-        page = self.page_kb.astype(np.int64)
+            return np.ones(len(page_kb), dtype=bool)
+        page = page_kb.astype(np.int64)
         ok = page > 0 if spec.page_size_kb < 0 else page == spec.page_size_kb
         for shape in spec.cells:
             ok &= (shape.memory_mb * 1024) % np.maximum(page, 1) == 0
