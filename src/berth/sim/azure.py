@@ -49,21 +49,21 @@ _DIR = "azure-packing-2020"
 
 
 def find_azure_dir(explicit: str | Path | None = None) -> Path:
-    """The directory holding the sample: explicit, $BERTH_AZURE_TRACE_DIR, or a shared data dir.
-
-    Looks in ``./data``, ``./shared/data``, ``../shared/data`` (from the current directory and
-    from the repository) for ``azure-packing-2020/``.
+    """The directory holding the sample: `explicit` if given, else $BERTH_AZURE_TRACE_DIR if
+    set, else ``azure-packing-2020/`` under ``./data``, ``./shared/data`` or ``../shared/data``
+    (from the current directory, then from the repository).
     """
     candidates: list[Path] = []
+    env = os.environ.get(DATA_ENV)
     if explicit is not None:
         candidates.append(Path(explicit))
-    env = os.environ.get(DATA_ENV)
-    if env:
+    elif env:
         candidates.append(Path(env))
-    repo = Path(__file__).resolve().parents[3]
-    for base in (Path.cwd(), repo):
-        for rel in ("data", "shared/data", "../shared/data"):
-            candidates.append(base / rel / _DIR)
+    else:
+        repo = Path(__file__).resolve().parents[3]
+        for base in (Path.cwd(), repo):
+            for rel in ("data", "shared/data", "../shared/data"):
+                candidates.append(base / rel / _DIR)
     for c in candidates:
         if (c / SAMPLE).exists():
             return c

@@ -187,11 +187,13 @@ def lower_bound(
     converged = False
     deadline = time.monotonic() + time_limit
     if lp:
-        lp_value, converged = _column_generation(
+        value, converged = _column_generation(
             items, counts, types, fits, deadline, max_columns, beat=best
         )
-        lp_hosts = math.ceil(lp_value - _EPS)
-        if lp_hosts > best:
+        if value > 0:
+            lp_value = value
+            lp_hosts = math.ceil(value - _EPS)
+        if lp_hosts is not None and lp_hosts > best:
             best, method = lp_hosts, "lp"
     mip_hosts: int | None = None
     mip_optimal = False
@@ -347,16 +349,17 @@ def _exact(
     fits: npt.NDArray[np.bool_],
     time_limit: float,
 ) -> tuple[int, bool] | None:
-    """Exact bin packing on the fleet's host types (with their availability): (hosts, optimal).
+    """Exact bin packing on the fleet's host types: (hosts, optimal).
 
     Variables: x[i, h] instances of flavor i on candidate host h, y[h] host h used. Candidate
-    hosts are, per type, min(available, instances) copies, used in order (symmetry breaking).
+    hosts are, per type, as many copies as instances (the bound says what the load needs, even
+    beyond the fleet), used in order (symmetry breaking).
     """
     m, r = items.shape
     total = int(counts.sum())
-    hosts: list[int] = []  # type of each candidate host
-    for t, avail in enumerate(per_type):
-        hosts.extend([t] * min(int(avail), total))
+    hosts: list[int] = []  # type of each candidate host: as many as instances, fleet or not
+    for t in range(len(per_type)):
+        hosts.extend([t] * total)
     nh = len(hosts)
     nx = m * nh
     nvar = nx + nh

@@ -417,8 +417,10 @@ class Simulation:
                         )
                         outcome[i] = REJECTED
                         events += 1
-                        continue
-                    for vid in plan.evictions:
+                        decision = None
+                    else:
+                        decision = plan.decision
+                    for vid in plan.evictions if plan is not None else ():
                         v = position[vid]
                         alloc = table.release(vid)
                         hosted = victims_by_host.get(alloc.host)
@@ -429,21 +431,21 @@ class Simulation:
                         evicted[w, int(business_of[v])] += 1
                         evictions += 1
                         events += 1
-                    decision = plan.decision
                 else:
                     latency[decisions] = clock() - t0
                     decisions += 1
-                t1 = clock()
-                commit(table, decision)
-                commit_ns += clock() - t1
-                events += 1
-                host = decision.selections[0].host
-                host_row[i] = row_of[host]
-                outcome[i] = ACCEPTED
-                alive[i] = True
-                accepted[w, b] += 1
-                if preemptible_req[i]:
-                    victims_by_host.setdefault(host, set()).add(rid)
+                if decision is not None:
+                    t1 = clock()
+                    commit(table, decision)
+                    commit_ns += clock() - t1
+                    events += 1
+                    host = decision.selections[0].host
+                    host_row[i] = row_of[host]
+                    outcome[i] = ACCEPTED
+                    alive[i] = True
+                    accepted[w, b] += 1
+                    if preemptible_req[i]:
+                        victims_by_host.setdefault(host, set()).add(rid)
             probe = probe_at.get(k)
             if probe is not None:
                 held.append((probe, self._held(alive), int((table.n_instances > 0).sum())))

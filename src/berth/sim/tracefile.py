@@ -10,7 +10,8 @@ start          yes       creation time, seconds (negative = already running at t
 end            no        deletion time, seconds; empty or ``inf`` = never (must be >= start)
 flavor         one of    a flavor name (defined in the fleet file), or ...
 vcpus          ... or    ... an inline size: ``vcpus`` and ``memory_mb`` (and optionally
-memory_mb                ``disk_gb``) make a flavor named ``v{vcpus}-m{memory_mb}[-d{disk}]``
+memory_mb                ``disk_gb``) make a flavor named ``v{vcpus}-m{memory_mb}[-d{disk}]``;
+                         with ``flavor`` too, they define that name (same size on every row)
 business       no        on-demand (default), auto-scaling or preemptible
 priority       no        0 = regular, 1 = low (preemptible) when `business` is absent
 zone           no        availability zone (IDC) the request must land in
@@ -228,9 +229,10 @@ def _window(span: float) -> float:
 
 
 def _flavor_of(row: dict[str, Any], flavors: dict[str, Flavor]) -> str:
-    named = row.get("flavor")
-    if not _blank(named):
-        return str(named).strip()
+    named = None if _blank(row.get("flavor")) else str(row["flavor"]).strip()
+    sized = not _blank(row.get("vcpus")) or not _blank(row.get("memory_mb"))
+    if named is not None and not sized:
+        return named
     if _blank(row.get("vcpus")) or _blank(row.get("memory_mb")):
         raise ValueError("needs a flavor, or vcpus and memory_mb")
     vcpus = _size(row["vcpus"], "vcpus")
@@ -238,9 +240,14 @@ def _flavor_of(row: dict[str, Any], flavors: dict[str, Flavor]) -> str:
     disk = 0 if _blank(row.get("disk_gb")) else _size(row["disk_gb"], "disk_gb")
     if vcpus < 1 or memory < 1:
         raise ValueError(f"vcpus and memory_mb must be at least 1, got {vcpus} and {memory}")
-    name = f"v{vcpus}-m{memory}" + (f"-d{disk}" if disk else "")
-    if name not in flavors:
-        flavors[name] = Flavor(name=name, vcpus=vcpus, memory_mb=memory, root_gb=disk)
+    name = named or f"v{vcpus}-m{memory}" + (f"-d{disk}" if disk else "")
+    flavor = Flavor(name=name, vcpus=vcpus, memory_mb=memory, root_gb=disk)
+    known = flavors.setdefault(name, flavor)
+    if known != flavor:
+        raise ValueError(
+            f"flavor {name!r} is {known.vcpus} vCPUs / {known.memory_mb} MB / "
+            f"{known.root_gb} GB on an earlier line, {vcpus} / {memory} / {disk} here"
+        )
     return name
 
 
@@ -258,30 +265,41 @@ def _business_of(row: dict[str, Any]) -> Business:
 
 
 def write_trace(trace: Trace, path: str | Path) -> None:
-    """Write a trace in the generic format (CSV, or JSONL by suffix); flavors by name."""
+    """Write a trace in the generic format (CSV, or JSONL by suffix).
+
+    Flavors go by name; plain ones (no extra specs, no ephemeral disk or swap) also carry
+    their size so the file stands alone. Others must be defined in the fleet file.
+    """
     p = Path(path)
-    cols = ["id", "start", "end", "flavor", "business", "zone", "group"]
+    cols = ["id", "start", "end", "flavor", "vcpus", "memory_mb", "disk_gb"]
+    cols += ["business", "zone", "group"]
     out: list[dict[str, Any]] = []
     for i, rid in enumerate(trace.ids):
         z, g = int(trace.zone[i]), int(trace.group[i])
+        name = trace.flavor_names[int(trace.flavor[i])]
+        f = trace.flavors.get(name)
+        plain = f is not None and not f.extra_specs and not f.ephemeral_gb and not f.swap_mb
         out.append(
             {
                 "id": rid,
                 "start": float(trace.start[i]),
                 "end": float(trace.end[i]) if math.isfinite(trace.end[i]) else "inf",
-                "flavor": trace.flavor_names[int(trace.flavor[i])],
+                "flavor": name,
+                "vcpus": f.vcpus if plain and f is not None else "",
+                "memory_mb": f.memory_mb if plain and f is not None else "",
+                "disk_gb": f.root_gb if plain and f is not None and f.root_gb else "",
                 "business": Business(int(trace.business[i])).label,
                 "zone": trace.zones[z] if z >= 0 else "",
                 "group": trace.groups[g].id if g >= 0 else "",
             }
         )
     if ".jsonl" in p.suffixes:
-        with p.open("w", encoding="utf-8") as f:
+        with p.open("w", encoding="utf-8") as stream:
             for row in out:
-                f.write(json.dumps({k: v for k, v in row.items() if v != ""}) + "\n")
+                stream.write(json.dumps({k: v for k, v in row.items() if v != ""}) + "\n")
         return
-    with p.open("w", encoding="utf-8", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=cols)
+    with p.open("w", encoding="utf-8", newline="") as stream:
+        writer = csv.DictWriter(stream, fieldnames=cols)
         writer.writeheader()
         for row in out:
             writer.writerow({k: (repr(v) if isinstance(v, float) else v) for k, v in row.items()})
