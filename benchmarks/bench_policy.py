@@ -372,6 +372,7 @@ def machine() -> dict[str, str]:
         "python": platform.python_version(),
         "numpy": np.__version__,
         "pydantic": pydantic.VERSION,
+        "load": " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "",
     }
     try:
         lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
@@ -420,6 +421,7 @@ def render(result: dict[str, Any], command: str) -> str:
         f"- date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
         f"- machine: {m['cpu_model'] or m['processor']}, {m['nproc']} CPUs; {m['platform']}",
         f"- python {m['python']}, numpy {m['numpy']}, pydantic {m['pydantic']}",
+        f"- load average at the end: {m['load']} (a shared machine: other work skews p99)",
         f"- source: {source_state()}",
         f"- command: `{command}`",
         "",

@@ -163,18 +163,29 @@ def test_least_damage_matches_brute_force(seed, n_hosts, fill, want, share):
     assert got == expected
 
 
-@pytest.mark.parametrize("limit", [0, 2])
-def test_heuristic_is_feasible_and_close_to_exact(limit):
-    """Forcing the heuristic (exact_limit below the victims per host) against the exact search."""
-    rng = np.random.default_rng(5)
+@pytest.mark.parametrize(
+    ("limit", "pcpus", "fill", "want", "runs"),
+    [
+        (0, 12, 18, "wide", 40),
+        (2, 12, 18, "wide", 40),
+        (0, 16, 30, "wide", 12),  # many small instances per host
+        (0, 16, 30, "big", 12),
+    ],
+)
+def test_heuristic_is_feasible_and_close_to_exact(limit, pcpus, fill, want, runs):
+    """Forcing the heuristic (exact_limit below the victims per host, no subset budget) against
+    the exact search; with the default budget, hosts over the limit are still exact here."""
+    rng = np.random.default_rng(5 + pcpus)
     worse = 0
     trials = 0
-    for trial in range(40):
-        t = table([host("h0", pcpus=12, mem=24576), host("h1", pcpus=12, mem=24576)], FLAVORS)
-        _fill(t, rng, 18, ["s1", "s2", "s4", "d4"])
+    for trial in range(runs):
+        size = {"pcpus": pcpus, "mem": pcpus * 2048}
+        t = table([host("h0", **size), host("h1", **size)], FLAVORS)
+        small = ["s1", "s2", "s4", "d4"] if fill < 20 else ["s1", "s1", "s2", "s4", "d4"]
+        _fill(t, rng, fill, small)
         preemptible = {iid for iid in t.allocations if rng.random() < 0.8}
         created = {iid: float(rng.integers(0, 5000)) for iid in t.allocations}
-        request = RequestSpec(flavor="wide", instance_ids=(f"new{trial}",))
+        request = RequestSpec(flavor=want, instance_ids=(f"new{trial}",))
         sched = scheduler()
 
         def pre(a: Allocation, chosen: set[str] = preemptible) -> bool:
@@ -184,24 +195,26 @@ def test_heuristic_is_feasible_and_close_to_exact(limit):
             return when[a.instance_id]
 
         exact = plan_preemption(sched, t, request, NOW, pre, age, exact_limit=64)
-        heur = plan_preemption(sched, t, request, NOW, pre, age, exact_limit=limit)
+        heur = plan_preemption(sched, t, request, NOW, pre, age, exact_limit=limit, subset_budget=0)
+        budget = plan_preemption(sched, t, request, NOW, pre, age, exact_limit=limit)
         assert (exact is None) == (heur is None)
         if exact is None or heur is None or not exact.evictions:
             continue
         trials += 1
         assert "heuristic" in heur.search
         assert set(heur.evictions) <= preemptible
+        assert budget is not None
+        assert budget.evictions == exact.evictions, "exact below the subset budget"
         k_exact = _plan_key(
-            t, exact.evictions, exact.decision.hosts[0], "wide", exact.decision, created
+            t, exact.evictions, exact.decision.hosts[0], want, exact.decision, created
         )
-        k_heur = _plan_key(
-            t, heur.evictions, heur.decision.hosts[0], "wide", heur.decision, created
-        )
+        k_heur = _plan_key(t, heur.evictions, heur.decision.hosts[0], want, heur.decision, created)
         assert k_heur >= k_exact
         assert k_heur[0] <= k_exact[0] + 1, "the heuristic may lose at most one victim"
         worse += k_heur != k_exact
     assert trials >= 10
-    assert worse <= trials // 4, f"heuristic worse than exact in {worse}/{trials}"
+    # measured: equal to the exact answer in every case here (multi-start greedy + exchanges)
+    assert worse <= trials // 10, f"heuristic worse than exact in {worse}/{trials}"
 
 
 def test_fits_without_eviction_evicts_nothing():

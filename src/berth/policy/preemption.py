@@ -16,13 +16,14 @@ released in this order, make this request fit, and where does it then go":
    * then the youngest victims: least total run time lost, sum of (now - created_at);
    * then table row order and victim order (deterministic).
 
-   Search: **exact** on hosts with at most `exact_limit` preemptible instances (every subset,
-   in increasing size, vectorised: subsets become rows of one `numa.count` call, so the core's
-   NUMA-exact capacity model decides fit); a **bounded heuristic** on hosts with more: greedy by
-   coverage of the deficit (largest first) until it fits, then prune redundant victims, then
-   improve by 1-for-1 and 2-for-1 exchanges while the measure improves (at most `rounds` passes).
-   A lower bound on the victims each host needs (per resource, the largest victims first) skips
-   hosts that cannot beat the best so far.
+   Search: **exact** on hosts with at most `exact_limit` preemptible instances, and on larger
+   hosts at each victim count k while C(victims, k) <= `subset_budget` (every k-subset, in
+   increasing k, vectorised: subsets become rows of one `numa.count` call, so the core's
+   NUMA-exact capacity model decides fit); past the budget a **bounded heuristic**: multi-start
+   greedy (deficit coverage, cell 0 first, cell 1 first, smallest first) until it fits, then
+   removals and 1-for-1 / 2-for-1 exchanges while the measure improves (at most `rounds`
+   passes). A lower bound on the victims each host needs (per resource, the largest victims
+   first) skips hosts until k reaches it.
 3. The best candidate is verified with the real scheduler: the victims are released on a copy
    of the table and `select_destinations` runs restricted to that host. Filters the resource
    model does not see (server groups, instances per host, user plugins) are thus checked too; a
@@ -42,6 +43,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from itertools import combinations
+from math import comb
 
 import numpy as np
 import numpy.typing as npt
@@ -67,6 +69,10 @@ F64 = npt.NDArray[np.float64]
 
 EXACT_LIMIT = 10
 """Hosts with at most this many preemptible instances are searched exactly (2^10 subsets)."""
+
+SUBSET_BUDGET = 4096
+"""Hosts with more are still searched exactly at victim counts k while C(victims, k) is at most
+this; past it the heuristic takes over for that host."""
 
 _RELAXABLE: tuple[type[HostFilter], ...] = (
     RamFilter,
@@ -132,6 +138,7 @@ def plan_preemption(
     created_at: Callable[[Allocation], float] | None = None,
     *,
     exact_limit: int = EXACT_LIMIT,
+    subset_budget: int = SUBSET_BUDGET,
     candidates: Mapping[str, Collection[str]] | None = None,
     max_verifications: int = 16,
     rounds: int = 4,
@@ -163,7 +170,7 @@ def plan_preemption(
     def lost(alloc: Allocation) -> float:
         return 0.0 if created_at is None else max(0.0, now - created_at(alloc))
 
-    search = _Search(scheduler, now, lost, exact_limit, max_verifications, rounds)
+    search = _Search(scheduler, now, lost, exact_limit, subset_budget, max_verifications, rounds)
     if request.num_instances == 1:
         choice = search.one(table, request, source)
         if choice is None:
@@ -316,6 +323,7 @@ class _Search:
         now: float,
         lost: AgeOf,
         exact_limit: int,
+        subset_budget: int,
         max_verifications: int,
         rounds: int,
     ) -> None:
@@ -323,6 +331,7 @@ class _Search:
         self.now = now
         self.lost = lost
         self.exact_limit = exact_limit
+        self.subset_budget = subset_budget
         self.max_verifications = max_verifications
         self.rounds = rounds
 
@@ -333,25 +342,31 @@ class _Search:
         if not hosts:
             return None
         exact = [h for h in hosts if len(h.victims) <= self.exact_limit]
-        heuristic = [h for h in hosts if len(h.victims) > self.exact_limit]
+        large = [h for h in hosts if len(h.victims) > self.exact_limit]
         # (k, idle, lost, row, subset index order) -> candidate
         found: dict[int, list[tuple[float, float, int, int, tuple[int, ...], str]]] = {}
         by_row = {h.row: h for h in hosts}
         top = max(len(h.victims) for h in hosts)
         verifications = 0
+        greedy: set[int] = set()  # large hosts handed to the heuristic
         for k in range(1, top + 1):
-            # a heuristic host runs once k reaches its lower bound; its answer (never below
-            # the bound) waits in `found` for its own k
-            for h in [h for h in heuristic if h.lower_bound == k]:
+            now_exact = [h for h in exact if h.lower_bound <= k]
+            for h in large:
+                if h.row in greedy or h.lower_bound > k or k > len(h.victims):
+                    continue
+                if comb(len(h.victims), k) <= self.subset_budget:
+                    now_exact.append(h)  # few subsets of this size: still exact
+                    continue
+                # too many subsets: the heuristic's answer (never smaller than k, since no
+                # smaller set fits) waits in `found` for its own size
+                greedy.add(h.row)
                 best = self._heuristic(d, h)
                 if best is not None:
                     subset, idle, lost = best
                     found.setdefault(len(subset), []).append(
                         (idle, lost, h.row, 0, subset, "heuristic")
                     )
-            cands = found.get(k, []) + self._exact_at(
-                d, [h for h in exact if h.lower_bound <= k], k
-            )
+            cands = found.get(k, []) + self._exact_at(d, now_exact, k)
             cands.sort(key=lambda c: (round(c[0], 9), round(c[1], 6), c[2], c[3]))
             for idle, lost, row, _, subset, kind in cands:
                 if verifications >= self.max_verifications:
@@ -461,18 +476,36 @@ class _Search:
         return out
 
     def _heuristic(self, d: Demand, h: _Host) -> tuple[tuple[int, ...], float, float] | None:
-        """Greedy by deficit coverage, prune, then improve by exchanges (bounded)."""
+        """Multi-start greedy, prune, then improve by exchanges (bounded).
+
+        Starts: victims by how much of the deficit they cover (largest first); those of NUMA
+        cell 0 first, of cell 1 first (a one-cell guest needs one cell freed); smallest first.
+        Each start adds victims in its order until the instance fits, then every start is
+        improved by removals and 1-for-1 / 2-for-1 exchanges while the measure improves.
+        """
         width = _width_of(h)
         m = len(h.victims)
-        need = _need(d, width)
-        deficit = np.maximum(need - h.base, 0.0)
-        cover = (np.minimum(h.use, deficit) / np.maximum(deficit, 1.0)).sum(axis=1)
-        order = sorted(range(m), key=lambda j: (-cover[j], h.idle_w[j], h.lost[j], j))
-        prefix = np.cumsum(h.use[order], axis=0) + h.base
-        ok = np.flatnonzero(self._fits(d, prefix, width))
-        if ok.size == 0:
+        deficit = np.maximum(_summed(_need(d, width), width) - _summed(h.base, width), 0.0)
+        per = _summed(h.use, width)  # (m, R)
+        cover = (np.minimum(per, deficit) / np.maximum(deficit, 1.0)).sum(axis=1)
+        cells = h.use[:, : CELLS * width].reshape(m, CELLS, width).sum(axis=2)  # (m, cells)
+
+        def cell_first(c: int) -> list[int]:
+            return sorted(range(m), key=lambda j: (-cells[j, c], -cover[j], h.lost[j], j))
+
+        orders = [
+            sorted(range(m), key=lambda j: (-cover[j], h.idle_w[j], h.lost[j], j)),
+            *(cell_first(c) for c in range(CELLS)),
+            sorted(range(m), key=lambda j: (h.idle_w[j], h.lost[j], j)),
+        ]
+        starts: list[frozenset[int]] = []
+        for order in orders:
+            prefix = np.cumsum(h.use[order], axis=0) + h.base
+            ok = np.flatnonzero(self._fits(d, prefix, width))
+            if ok.size:
+                starts.append(frozenset(order[: int(ok[0]) + 1]))
+        if not starts:
             return None
-        chosen = set(order[: int(ok[0]) + 1])
 
         def key(s: Iterable[int]) -> tuple[int, float, float]:
             idx = list(s)
@@ -490,24 +523,29 @@ class _Search:
                 mat[r, list(s)] = 1.0
             return [bool(x) for x in self._fits(d, h.base[None, :] + mat @ h.use, width)]
 
-        current = frozenset(chosen)
-        for _ in range(max(1, self.rounds)):
-            outside = [j for j in range(m) if j not in current]
-            moves: list[frozenset[int]] = [current - {v} for v in current]
-            moves += [(current - {v}) | {u} for v in current for u in outside]
-            moves += [
-                (current - {v, w}) | {u}
-                for v, w in combinations(sorted(current), 2)
-                for u in outside
-            ]
-            best = current
-            best_key = key(current)
-            for s, good in zip(moves, fits_many(moves), strict=True):
-                if good and key(s) < best_key:
-                    best, best_key = s, key(s)
-            if best == current:
-                break
-            current = best
+        def improve(current: frozenset[int]) -> frozenset[int]:
+            for _ in range(max(1, self.rounds)):
+                outside = [j for j in range(m) if j not in current]
+                moves: list[frozenset[int]] = [current - {v} for v in current]
+                moves += [(current - {v}) | {u} for v in current for u in outside]
+                moves += [
+                    (current - {v, w}) | {u}
+                    for v, w in combinations(sorted(current), 2)
+                    for u in outside
+                ]
+                best = current
+                best_key = key(current)
+                for s, good in zip(moves, fits_many(moves), strict=True):
+                    if good and key(s) < best_key:
+                        best, best_key = s, key(s)
+                if best == current:
+                    break
+                current = best
+            return current
+
+        current = min(
+            (improve(s) for s in dict.fromkeys(starts)), key=lambda s: (key(s), sorted(s))
+        )
         _, idle, lost = key(current)
         return tuple(sorted(current)), idle, lost
 
