@@ -12,6 +12,7 @@ compute filter (enabled, heartbeat fresh at `now`) is evaluated on every call.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -59,9 +60,14 @@ class CapacityCounter:
         self.catalogue = catalogue
         self.flavors = list(catalogue.flavors)
         self.index = {f: i for i, f in enumerate(self.flavors)}
-        self._counts: dict[int, _Counts] = {}
-        self._static: dict[tuple[int, str, str], tuple[int, Mask]] = {}
-        self._static_matrix: dict[tuple[int, tuple[tuple[str, str], ...]], tuple[int, Mask]] = {}
+        # per table (weakly held: a table that is dropped takes its caches with it)
+        self._counts: weakref.WeakKeyDictionary[HostTable, _Counts] = weakref.WeakKeyDictionary()
+        self._static: weakref.WeakKeyDictionary[
+            HostTable, dict[tuple[str, str], tuple[int, Mask]]
+        ] = weakref.WeakKeyDictionary()
+        self._static_matrix: weakref.WeakKeyDictionary[
+            HostTable, dict[tuple[tuple[str, str], ...], tuple[int, Mask]]
+        ] = weakref.WeakKeyDictionary()
         self._compute = [f for f in scheduler.filters if isinstance(f, ComputeFilter)]
         self._limit = min(
             (f.limit() for f in scheduler.filters if isinstance(f, NumInstancesFilter)),
@@ -71,7 +77,7 @@ class CapacityCounter:
 
     # ------------------------------------------------------------------ resource counts
     def _state(self, table: HostTable) -> _Counts:
-        state = self._counts.get(id(table))
+        state = self._counts.get(table)
         if state is None or state.hosts != len(table):
             n = len(table)
             state = _Counts(
@@ -79,7 +85,7 @@ class CapacityCounter:
                 np.zeros((len(self.flavors), n), dtype=np.int64),
                 np.full(len(self.flavors), -1, dtype=np.int64),
             )
-            self._counts[id(table)] = state
+            self._counts[table] = state
         return state
 
     def resource_counts(self, table: HostTable, flavor: str) -> I64:
@@ -150,8 +156,11 @@ class CapacityCounter:
     def static_mask(self, cluster: Cluster, flavor: str, pool: str) -> Mask:
         """Pool members that the flavor-dependent, time-independent static filters accept."""
         table = cluster.table
-        key = (id(table), flavor, pool)
-        cached = self._static.get(key)
+        per_table = self._static.get(table)
+        if per_table is None:
+            per_table = self._static[table] = {}
+        key = (flavor, pool)
+        cached = per_table.get(key)
         if cached is not None and cached[0] == len(table):
             return cached[1]
         ctx = Context(table, RequestSpec(flavor=flavor), table.demand(flavor), 0.0)
@@ -161,7 +170,7 @@ class CapacityCounter:
                 mask &= flt.mask(ctx)
         if self._numa:
             mask &= page_size_ok(ctx)
-        self._static[key] = (len(table), mask)
+        per_table[key] = (len(table), mask)
         return mask
 
     def live(self, cluster: Cluster, now: float) -> Mask | None:
@@ -213,11 +222,14 @@ class CapacityCounter:
         room = self.headroom(cluster)
         if room is not None:
             counts = np.minimum(counts, room[None, :])
-        key = (id(table), tuple((e.flavor, e.pool) for e in entries))
-        cached = self._static_matrix.get(key)
+        per_table = self._static_matrix.get(table)
+        if per_table is None:
+            per_table = self._static_matrix[table] = {}
+        key = tuple((e.flavor, e.pool) for e in entries)
+        cached = per_table.get(key)
         if cached is None or cached[0] != n:
             ok = np.array([self.static_mask(cluster, e.flavor, e.pool) for e in entries])
-            self._static_matrix[key] = (n, ok)
+            per_table[key] = (n, ok)
         else:
             ok = cached[1]
         live = self.live(cluster, now)
@@ -227,12 +239,9 @@ class CapacityCounter:
 
     def forget(self, cluster: Cluster) -> None:
         """Drop cached state of a cluster that left."""
-        table_id = id(cluster.table)
-        self._counts.pop(table_id, None)
-        for key in [k for k in self._static if k[0] == table_id]:
-            del self._static[key]
-        for mkey in [k for k in self._static_matrix if k[0] == table_id]:
-            del self._static_matrix[mkey]
+        self._counts.pop(cluster.table, None)
+        self._static.pop(cluster.table, None)
+        self._static_matrix.pop(cluster.table, None)
 
 
 # ---------------------------------------------------------------------------- report
