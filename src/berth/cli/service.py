@@ -78,6 +78,13 @@ def serve(
         float, typer.Option(help="Seconds without heartbeat after which a host gets nothing.")
     ] = 60.0,
     poll_interval: Annotated[float, typer.Option(help="Event-log polling interval (s).")] = 0.5,
+    host_subset_size: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Pick each host at random among the N best (fewer races between replicas).",
+        ),
+    ] = 1,
     load_demo: Annotated[
         bool, typer.Option("--load-demo", help="Load the demo topology if the database is empty.")
     ] = False,
@@ -105,6 +112,8 @@ def serve(
 
     url = _db_url(db, data_dir)
     scheduler = profile(profile_name) if config is None else _read_config(config)
+    if host_subset_size != 1:
+        scheduler = scheduler.model_copy(update={"host_subset_size": host_subset_size})
     rid = replica_id or f"{socket.gethostname()}:{port}"
     store = Store.open(url, replica=rid)
     if load_demo and store.is_empty():

@@ -118,6 +118,13 @@ def _field(loc: tuple[Any, ...]) -> str:
 
 
 # ---------------------------------------------------------------------------- background sync
+def _event_id(payload: str) -> int:
+    try:
+        return int(payload)
+    except ValueError:
+        return 1 << 62  # unknown payload: sync
+
+
 class SyncThread:
     """Keeps a replica's tables current until stopped."""
 
@@ -156,11 +163,17 @@ class SyncThread:
         while not self.stop.is_set():
             try:
                 if listener is not None:
-                    for _ in listener.notifies(timeout=cfg.poll_interval, stop_after=1):
-                        pass
+                    newest = -1  # -1: timed out, poll anyway
+                    for note in listener.notifies(timeout=cfg.poll_interval, stop_after=1):
+                        newest = max(newest, _event_id(note.payload))
+                    # drain whatever else arrived meanwhile (one sync for a burst)
+                    for note in listener.notifies(timeout=0.0):
+                        newest = max(newest, _event_id(note.payload))
+                    if newest < 0 or newest > r.last_event or r.has_gaps():
+                        r.sync()
                 else:
                     self.stop.wait(cfg.poll_interval)
-                r.sync()
+                    r.sync()
                 now = time.monotonic()
                 if self.simulate and now >= next_simulate:
                     r.store.touch_heartbeats(r.clock(), cfg.service_down_time)

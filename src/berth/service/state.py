@@ -14,6 +14,7 @@ clusters joining or leaving, pools, aggregates) also trigger a reload.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import threading
@@ -36,7 +37,7 @@ from berth.core.model import Flavor, Fleet, ServerGroup
 from berth.core.request import ImageProps, RequestSpec
 from berth.core.resources import C_MEM, C_PCPU, H_MEM, H_VCPU
 from berth.core.table import HostTable
-from berth.store.errors import GenerationConflictError, IdempotencyRaceError, PlanRejectedError
+from berth.store.errors import GenerationConflictError, PlanRejectedError
 from berth.store.footprint import to_arrays, to_named
 from berth.store.repo import (
     CommitResult,
@@ -54,6 +55,12 @@ from berth.store.repo import (
 log = logging.getLogger("berth.service")
 
 I64 = npt.NDArray[np.int64]
+
+SYNC_BATCH = 2000
+GAP_TIMEOUT = 30.0
+"""Seconds an unseen event id below the newest is asked for again before it counts as a
+sequence value whose transaction rolled back (longer than any commit takes)."""
+MAX_GAPS = 10_000
 
 try:  # the multi-cloud policy layer (issue 3) may not be installed alongside
     from berth.policy.preemption import plan_preemption
@@ -172,12 +179,16 @@ class Replica:
         self.flavors: dict[str, Flavor] = {}
         self.aliases: dict[str, str] = {}
         self.preemptible: dict[str, float] = {}  # preemptible instance id -> created_at
-        self.last_event = 0
+        self.last_event = 0  # the newest event id seen
+        self._gaps: dict[int, float] = {}  # older ids not seen yet -> when first missed
         self.needs_reload = True
         self.reloads = 0
         self.events_applied = 0
         self._heartbeat_since = 0.0
         self.on_decision: Callable[[float], None] | None = None
+        self._pending: set[str] = set()  # hosts with a commit of this replica in flight
+        self._changed = threading.Condition(self.lock)
+        self._group_locks: dict[str, threading.Lock] = {}
 
     # ------------------------------------------------------------------ loading
     def reload(self) -> None:
@@ -247,31 +258,62 @@ class Replica:
         self.aliases = aliases
         self.preemptible = preemptible
         self.last_event = snap.last_event_id
+        now = time.monotonic()  # ids still committing when the snapshot was read come later
+        self._gaps = dict.fromkeys(snap.missing_event_ids, now)
         self.needs_reload = False
         self.reloads += 1
 
     # ------------------------------------------------------------------ sync
     def sync(self) -> int:
-        """Apply every event committed since the last one applied; returns how many."""
+        """Apply every event committed since the last sync; returns how many were new.
+
+        Ids below the newest one seen that have not appeared are remembered as gaps (a
+        transaction of another replica still committing, or rolled back) and asked for again
+        on every sync until they appear or `GAP_TIMEOUT` passes.
+        """
         applied = 0
         with self._sync_lock:
             while True:
-                batch = self.store.events_after(self.last_event, limit=2000)
-                if not batch:
-                    break
+                with self.lock:
+                    after, gaps = self.last_event, sorted(self._gaps)
+                batch = self.store.events_after(after, limit=SYNC_BATCH, also=gaps)
                 with self.lock:
                     for ev in batch:
-                        if ev.id <= self.last_event:
-                            continue
-                        self._apply(ev)
-                        self.last_event = ev.id
-                        applied += 1
+                        if self._see(ev.id):
+                            self._apply(ev)
+                            applied += 1
+                    self._expire_gaps()
                     if self.needs_reload:
                         self._load(self.store.snapshot())
-                if len(batch) < 2000:
+                if len(batch) < SYNC_BATCH:
                     break
         self.events_applied += applied
         return applied
+
+    def _see(self, event_id: int) -> bool:
+        """Record an event id as seen (caller holds the lock); False if it was seen before."""
+        if event_id in self._gaps:
+            del self._gaps[event_id]
+            return True
+        if event_id <= self.last_event:
+            return False
+        now = time.monotonic()
+        for missing in range(self.last_event + 1, min(event_id, self.last_event + MAX_GAPS)):
+            self._gaps[missing] = now
+        self.last_event = event_id
+        return True
+
+    def has_gaps(self) -> bool:
+        return bool(self._gaps)
+
+    def _expire_gaps(self) -> None:
+        if not self._gaps:
+            return
+        limit = time.monotonic() - GAP_TIMEOUT
+        for event_id in [i for i, t in self._gaps.items() if t < limit]:
+            del self._gaps[event_id]  # rolled back: a sequence value that never committed
+        while len(self._gaps) > MAX_GAPS:
+            del self._gaps[min(self._gaps)]
 
     def refresh_heartbeats(self) -> int:
         """Copy heartbeats newer than the last refresh into the tables (they bump no
@@ -287,9 +329,8 @@ class Replica:
 
     def _apply_own(self, ev: EventRow) -> None:
         """Apply an event this replica just committed (caller holds the lock)."""
-        self._apply(ev)
-        if ev.id == self.last_event + 1:  # nothing unseen before it: the tail moves on
-            self.last_event = ev.id
+        if self._see(ev.id):
+            self._apply(ev)
 
     def _apply(self, ev: EventRow) -> None:
         """Apply one event to the cache (caller holds the lock)."""
@@ -397,69 +438,132 @@ class Replica:
         started = time.perf_counter()
         placement_id = "p-" + secrets.token_hex(8)
         last_conflict = ""
-        for attempt in range(1, self.config.max_attempts + 1):
-            with self.lock:
+        lost: dict[str, int] = {}
+        group = self._group_lock(args.deployment_set)
+        with group:  # one commit in flight per deployment set (its generation is shared)
+            for attempt in range(1, self.config.max_attempts + 1):
+                placed, touched, commit_args = self._prepare(
+                    args, placement_id, attempt, started, idempotency, response
+                )
+                try:
+                    placed.commit = self.store.commit_placement(**commit_args)
+                except (GenerationConflictError, PlanRejectedError) as exc:
+                    last_conflict = str(exc)
+                    key = getattr(exc, "name", "")
+                    lost[key] = lost.get(key, 0) + 1
+                    with self.lock:
+                        # a plan that no longer fits, or losing twice on the same host or set
+                        # even after catching up, means the cache missed something: reload
+                        if isinstance(exc, PlanRejectedError) or lost[key] >= 2:
+                            self.needs_reload = True
+                        self._done(touched)
+                    self.sync()  # catch up with whoever won, then decide again
+                    continue
+                except BaseException:
+                    with self.lock:
+                        self._done(touched)
+                    raise
+                with self.lock:
+                    for ev in placed.commit.events:
+                        self._apply_own(ev)
+                    for gid, gen in placed.commit.groups.items():
+                        self._group_generation(gid, gen)
+                    self._done(touched)
+                return placed
+        raise ContentionError(
+            f"gave up after {self.config.max_attempts} attempts lost to concurrent writers "
+            f"(last: {last_conflict})"
+        )
+
+    def _group_lock(self, gid: str | None) -> Any:
+        if gid is None:
+            return contextlib.nullcontext()
+        with self.lock:
+            return self._group_locks.setdefault(gid, threading.Lock())
+
+    def _done(self, touched: set[str]) -> None:
+        """A commit finished (caller holds the lock): its hosts may be chosen again."""
+        self._pending -= touched
+        self._changed.notify_all()
+
+    def _prepare(
+        self,
+        args: PlaceArgs,
+        placement_id: str,
+        attempt: int,
+        started: float,
+        idempotency: tuple[str, str, str] | None,
+        response: Callable[[Placed], dict[str, Any]] | None,
+    ) -> tuple[Placed, set[str], dict[str, Any]]:
+        """Decide on the cache and mark the touched hosts as having a commit in flight.
+
+        Hosts with a commit in flight (from this replica's other requests) are left out of
+        the decision, so concurrent requests of one replica do not race for the same host and
+        the commits run in parallel. When only such hosts would fit, wait for their commits.
+        """
+        with self.lock:
+            for _ in range(100):
                 if self.needs_reload:
                     self._load(self.store.snapshot())
+                busy = frozenset(self._pending)
                 t0 = time.perf_counter()
-                plan = self._decide(args, placement_id)
-                decision_ms = (time.perf_counter() - t0) * 1e3
-                if self.on_decision is not None:
-                    self.on_decision(decision_ms / 1e3)
-                new, host_gens, group_gens, caps = self._claims(args, plan)
-                placed = Placed(
-                    placement_id,
-                    plan.cluster.name,
-                    plan.decision,
-                    list(plan.evictions),
-                    CommitResult(),
-                    decision_ms,
-                    attempt,
-                )
+                try:
+                    plan = self._decide(args, placement_id, busy)
+                except NoPlacementError as exc:
+                    if not busy or exc.reason in ("deployment_set_full", "no_candidate_cluster"):
+                        raise
+                    # maybe only hosts with a commit in flight fit: wait for those commits
+                    deadline = time.monotonic() + 5.0
+                    while self._pending & busy and time.monotonic() < deadline:
+                        self._changed.wait(timeout=0.5)
+                    continue
+                break
+            else:  # pragma: no cover - a hundred rounds of waiting: decide on the full view
+                plan = self._decide(args, placement_id, frozenset())
+            decision_ms = (time.perf_counter() - t0) * 1e3
+            if self.on_decision is not None:
+                self.on_decision(decision_ms / 1e3)
+            new, host_gens, group_gens, caps = self._claims(args, plan)
+            touched = set(host_gens)
+            self._pending |= touched
+            placed = Placed(
+                placement_id,
+                plan.cluster.name,
+                plan.decision,
+                list(plan.evictions),
+                CommitResult(),
+                decision_ms,
+                attempt,
+            )
+            try:
                 idem = None
                 if response is not None:
                     placed.response = response(placed)
                 if idempotency is not None and placed.response is not None:
                     principal, key, digest = idempotency
                     idem = Idempotent(principal, key, digest, 201, placed.response)
-                outcome = Outcome(
-                    "success",
-                    "placed",
-                    args.flavor,
-                    args.project,
-                    args.count,
-                    (time.perf_counter() - started) * 1e3,
-                )
-                try:
-                    placed.commit = self.store.commit_placement(
-                        placement_id=placement_id,
-                        instances=new,
-                        host_generations=host_gens,
-                        group_generations=group_gens,
-                        capacities=caps,
-                        evict=[(i, f"preempted by {placement_id}") for i in plan.evictions],
-                        idempotent=idem,
-                        outcome=outcome,
-                    )
-                except (GenerationConflictError, PlanRejectedError) as exc:
-                    last_conflict = str(exc)
-                    self.needs_reload = self.needs_reload or isinstance(exc, PlanRejectedError)
-                    conflict = True
-                except IdempotencyRaceError:
-                    raise
-                else:
-                    conflict = False
-                    for ev in placed.commit.events:
-                        self._apply_own(ev)
-                    for gid, gen in placed.commit.groups.items():
-                        self._group_generation(gid, gen)
-            if not conflict:
-                return placed
-            self.sync()  # catch up with whoever won, then decide again
-        raise ContentionError(
-            f"gave up after {self.config.max_attempts} attempts lost to concurrent writers "
-            f"(last: {last_conflict})"
+            except BaseException:
+                self._done(touched)
+                raise
+        outcome = Outcome(
+            "success",
+            "placed",
+            args.flavor,
+            args.project,
+            args.count,
+            (time.perf_counter() - started) * 1e3,
         )
+        commit_args = {
+            "placement_id": placement_id,
+            "instances": new,
+            "host_generations": host_gens,
+            "group_generations": group_gens,
+            "capacities": caps,
+            "evict": [(i, f"preempted by {placement_id}") for i in plan.evictions],
+            "idempotent": idem,
+            "outcome": outcome,
+        }
+        return placed, touched, commit_args
 
     def _claims(
         self, args: PlaceArgs, plan: _Plan
@@ -532,7 +636,9 @@ class Replica:
             out.sort(key=lambda v: (sign * free[v.name], v.name))
         return out, rejected
 
-    def _decide(self, args: PlaceArgs, placement_id: str) -> _Plan:
+    def _decide(
+        self, args: PlaceArgs, placement_id: str, busy: frozenset[str] = frozenset()
+    ) -> _Plan:
         if args.flavor not in self.flavors:
             raise BadRequestError("flavor", f"unknown flavor {args.flavor!r}", "unknown_flavor")
         if args.deployment_set is not None:
@@ -577,6 +683,7 @@ class Replica:
                 server_group=args.deployment_set,
                 same_host=args.same_host,
                 different_host=args.different_host,
+                ignore_hosts=tuple(h for h in busy if h in view.table.index),
                 project=args.project,
                 instance_ids=ids,
                 seed=seed,
@@ -587,8 +694,9 @@ class Replica:
                 diagnoses[view.name] = exc.diagnosis.to_dict()
             except SpecError as exc:
                 raise BadRequestError("request", str(exc)) from None
-        if self.config.preemption and args.business_type != "preemptible":
-            plan = self._preempt(clusters, args, ids, seed, now)
+        # never evict while a host this replica is committing to might turn out to fit
+        if self.config.preemption and args.business_type != "preemptible" and not busy:
+            plan = self._preempt(clusters, args, ids, seed, now, busy)
             if plan is not None:
                 return plan
         if not clusters:
@@ -614,6 +722,7 @@ class Replica:
         ids: tuple[str, ...],
         seed: int,
         now: float,
+        busy: frozenset[str],
     ) -> _Plan | None:
         if plan_preemption is None or not self.preemptible:
             return None
@@ -634,6 +743,7 @@ class Replica:
                 server_group=args.deployment_set,
                 same_host=args.same_host,
                 different_host=args.different_host,
+                ignore_hosts=tuple(h for h in busy if h in view.table.index),
                 project=args.project,
                 instance_ids=ids,
                 seed=seed,

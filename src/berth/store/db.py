@@ -50,9 +50,7 @@ def make_engine(url: str, *, pool_size: int = 10) -> Engine:
         return engine
     if parsed.get_backend_name() != "postgresql":
         raise ValueError(f"unsupported database URL {url!r}: use sqlite:/// or postgresql://")
-    return create_engine(
-        url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, future=True
-    )
+    return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_recycle=3600)
 
 
 def _configure_sqlite(engine: Engine) -> None:

@@ -6,15 +6,18 @@ transaction updates each touched host with ``WHERE generation = :read`` and chec
 re-verifies the footprints against the instances rows it now holds locked, and only then inserts;
 any failure rolls the whole transaction back (no partial claim, even if the process dies).
 
-Event ids are assigned and committed in order: on PostgreSQL the event-writing tail of every
-transaction runs under one transaction-level advisory lock, so a reader tailing ``id > last``
-can never skip an event committed late with a smaller id. SQLite serialises writers anyway.
+Event ids are unique and increasing in the order they are assigned, but on PostgreSQL two
+transactions may commit out of id order (serialising every commit on one lock would serialise
+the WAL flushes too). Readers therefore remember the ids below the newest they have seen that
+have not appeared yet and ask for them again (`Replica.sync`); what matters for applying events
+is the order per host, which the host row lock guarantees. SQLite serialises writers anyway.
 """
 
 from __future__ import annotations
 
 import hashlib
 import secrets
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -42,8 +45,8 @@ from berth.store.errors import (
 from berth.store.footprint import Footprint, to_arrays
 
 I64 = npt.NDArray[np.int64]
-EVENT_LOCK = 0x42455254  # "BERT": serialises event ids with commit order on PostgreSQL
 NOTIFY_CHANNEL = "berth_events"
+RECENT_IDS = 10_000  # how far back a snapshot looks for event ids not committed yet
 ROLES = ("admin", "operator", "tenant", "reader")
 
 
@@ -142,6 +145,8 @@ class Snapshot:
     groups: dict[str, GroupRow]
     hosts: list[HostRecord]
     instances: list[InstanceRow]
+    missing_event_ids: list[int] = field(default_factory=list)
+    """Ids below `last_event_id` not visible yet (their transactions were still committing)."""
 
 
 @dataclass(frozen=True)
@@ -234,6 +239,7 @@ class Store:
         self.engine = engine
         self.replica = replica
         self.sqlite = is_sqlite(engine)
+        self._sqlite_writer = threading.Lock()
 
     @classmethod
     def open(cls, url: str, *, replica: str = "local", migrate: bool = True) -> Store:
@@ -248,6 +254,10 @@ class Store:
     # ------------------------------------------------------------------ transactions
     @contextmanager
     def _write(self) -> Iterator[Connection]:
+        if self.sqlite:  # one writer at a time anyway: queue here, not in SQLite's busy loop
+            with self._sqlite_writer, self.engine.begin() as conn:
+                yield conn
+            return
         with self.engine.begin() as conn:
             yield conn
 
@@ -264,11 +274,14 @@ class Store:
     def _append(
         self, conn: Connection, items: Sequence[tuple[str, str | None, int | None, dict[str, Any]]]
     ) -> list[EventRow]:
-        """Append events (kind, host, generation, payload) at the end of a write transaction."""
+        """Append events (kind, host, generation, payload) at the end of a write transaction.
+
+        Ids come from a sequence, so on PostgreSQL concurrent transactions may commit out of id
+        order; readers track the ids they have not seen yet (`Replica.sync`). Events of one host
+        are always in order: the host's row stays locked from its generation update to commit.
+        """
         if not items:
             return []
-        if not self.sqlite:
-            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({EVENT_LOCK})")
         now = time.time()
         out = []
         for kind, host, generation, payload in items:
@@ -285,14 +298,21 @@ class Store:
                 .returning(t.events.c.id)
             ).scalar_one()
             out.append(EventRow(int(new_id), now, kind, host, generation, self.replica, payload))
-        if not self.sqlite:
-            conn.exec_driver_sql(f"NOTIFY {NOTIFY_CHANNEL}")
+        if not self.sqlite:  # wake the other replicas; the payload is the last id written
+            conn.exec_driver_sql(f"NOTIFY {NOTIFY_CHANNEL}, '{out[-1].id}'")
         return out
 
     # ------------------------------------------------------------------ snapshot & events
     def snapshot(self) -> Snapshot:
         with self._read(snapshot=True) as conn:
-            last = conn.execute(select(func.max(t.events.c.id))).scalar() or 0
+            last = int(conn.execute(select(func.max(t.events.c.id))).scalar() or 0)
+            # ids below `last` not committed yet (a transaction still in flight) come later
+            window = max(1, last - RECENT_IDS + 1)
+            present = {
+                int(r[0])
+                for r in conn.execute(select(t.events.c.id).where(t.events.c.id >= window))
+            }
+            missing = [i for i in range(window, last + 1) if i not in present]
             regions = {r.name: r.description for r in conn.execute(select(t.regions))}
             clusters = {
                 r.name: ClusterRow(r.name, r.region, r.state)
@@ -326,7 +346,7 @@ class Store:
                 for r in conn.execute(select(t.instances).order_by(t.instances.c.created_at))
             ]
         return Snapshot(
-            int(last),
+            last,
             regions,
             clusters,
             pools,
@@ -336,6 +356,7 @@ class Store:
             groups,
             hosts,
             instances,
+            missing,
         )
 
     def _hosts(self, conn: Connection, names: Sequence[str] | None = None) -> list[HostRecord]:
@@ -375,9 +396,17 @@ class Store:
             return int(conn.execute(select(func.max(t.events.c.id))).scalar() or 0)
 
     def events_after(
-        self, after: int, limit: int = 1000, kind: str | None = None
+        self,
+        after: int,
+        limit: int = 1000,
+        kind: str | None = None,
+        also: Sequence[int] = (),
     ) -> list[EventRow]:
-        q = select(t.events).where(t.events.c.id > after)
+        """Events with an id above `after` (and those among `also`), oldest first."""
+        cond = t.events.c.id > after
+        if also:
+            cond = or_(cond, t.events.c.id.in_(list(also)))
+        q = select(t.events).where(cond)
         if kind is not None:
             q = q.where(t.events.c.kind == kind)
         with self._read() as conn:
