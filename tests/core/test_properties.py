@@ -23,7 +23,7 @@ from berth.core.engine import Decision, FilterScheduler, commit
 from berth.core.errors import StaleGenerationError
 from berth.core.explain import NoValidHost
 from berth.core.flavors import NumaMode, PciPolicy
-from berth.core.model import CellPlacement, Instance
+from berth.core.model import Instance
 from berth.core.request import RequestSpec
 from berth.core.resources import CELL_BASE
 from berth.core.table import HostTable
@@ -326,22 +326,10 @@ def test_release_after_claim_restores_the_table(table, sched, data):
 
 def as_instances(table: HostTable) -> list[Instance]:
     """The table's allocations as snapshot instances with their exact cells (like the demo)."""
-    out = []
-    for alloc in table.allocations.values():
-        d = table.demands[alloc.flavor]
-        numa = None
-        if d.spec.numa:
-            numa = [
-                CellPlacement(
-                    cell=c,
-                    vcpus=int(alloc.cell_use[c, d.cpu_column]),
-                    memory_mb=int(alloc.cell_use[c, d.mem_column]),
-                )
-                for c in (0, 1)
-                if alloc.cell_use[c, d.cpu_column] or alloc.cell_use[c, d.mem_column]
-            ]
-        out.append(Instance(id=alloc.instance_id, host=alloc.host, flavor=alloc.flavor, numa=numa))
-    return out
+    return [
+        i.model_copy(update={"server_group": None, "project": "default"})
+        for i in table.snapshot_instances()
+    ]
 
 
 @settings(max_examples=examples(1.0))

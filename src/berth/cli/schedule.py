@@ -85,11 +85,7 @@ def _print_placement(engine: PolicyEngine, p: Placement, elapsed_ms: float) -> N
         grid.add_column(col)
     for s in p.decision.selections:
         row = table.index[s.host]
-        cells = [
-            f"{c}: {int(s.cell_use[c, d.cpu_column])} / {int(s.cell_use[c, d.mem_column])}"
-            for c in range(s.cell_use.shape[0])
-            if s.cell_use[c, d.cpu_column] or s.cell_use[c, d.mem_column]
-        ]
+        cells = [f"{c}: {v} / {m}" for c, v, m in d.cells_used(s.cell_use)]
         grid.add_row(
             s.instance_id,
             s.host,

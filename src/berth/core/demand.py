@@ -52,6 +52,15 @@ class Demand:
     def mem_column(self) -> int:
         return C_HUGE if self.spec.hugepages else C_MEM
 
+    def cells_used(self, cell_use: I64) -> list[tuple[int, int, int]]:
+        """(cell, vCPUs, memory MB) for each host cell a footprint uses; empty when floating."""
+        cpu, mem = self.cpu_column, self.mem_column
+        return [
+            (c, int(cell_use[c, cpu]), int(cell_use[c, mem]))
+            for c in range(cell_use.shape[0])
+            if cell_use[c, cpu] or cell_use[c, mem]
+        ]
+
 
 def build_demand(spec: FlavorSpec, device_types: list[str]) -> Demand:
     """Vectorise `spec` for a table whose PCI columns are `device_types` (all must be known)."""

@@ -18,7 +18,7 @@ import numpy.typing as npt
 from berth.core.demand import Demand, build_demand
 from berth.core.errors import ClaimError, FleetError, SpecError, StaleGenerationError
 from berth.core.flavors import FlavorSpec, NumaMode, SpecMatch, parse_flavor
-from berth.core.model import Fleet, Host, Instance, ServerGroup
+from berth.core.model import CellPlacement, Fleet, Host, Instance, ServerGroup
 from berth.core.numa import cell_count, count, fits, place, resource_major, take
 from berth.core.resources import (
     C_HUGE,
@@ -519,6 +519,33 @@ class HostTable:
         cell_use[own, CELL_BASE + cols] += take_own
         cell_use[1 - own, CELL_BASE + cols] += d.pci - take_own
         return cell_use, d.host.copy()
+
+    def snapshot_instances(self) -> list[Instance]:
+        """Every allocation as a snapshot `Instance`, with its exact cells when it has a topology.
+
+        Loading these back with the same hosts and flavors rebuilds the same footprints.
+        """
+        out = []
+        for alloc in self.allocations.values():
+            d = self.demands[alloc.flavor]
+            numa = None
+            if d.spec.numa:
+                numa = [
+                    CellPlacement(cell=c, vcpus=v, memory_mb=m)
+                    for c, v, m in d.cells_used(alloc.cell_use)
+                ]
+            out.append(
+                Instance(
+                    id=alloc.instance_id,
+                    host=alloc.host,
+                    flavor=alloc.flavor,
+                    server_group=alloc.server_group,
+                    project=alloc.project,
+                    migratable=alloc.migratable,
+                    numa=numa,
+                )
+            )
+        return out
 
     # ------------------------------------------------------------------ state
     def set_enabled(self, host: str, enabled: bool) -> None:

@@ -15,12 +15,10 @@ from berth.core.engine import FilterScheduler, commit
 from berth.core.explain import NoValidHost
 from berth.core.model import (
     Aggregate,
-    CellPlacement,
     DiskInventory,
     Flavor,
     Fleet,
     Host,
-    Instance,
     NumaCell,
     PciAlias,
     ServerGroup,
@@ -222,30 +220,10 @@ def build_demo_fleet(seed: int = 7, fill: int = 500) -> Fleet:
             placed += 1
         except NoValidHost:
             continue
-    instances = []
-    for alloc in table.allocations.values():
-        d = table.demands[alloc.flavor]
-        numa = None
-        if d.spec.numa:
-            numa = [
-                CellPlacement(
-                    cell=c,
-                    vcpus=int(alloc.cell_use[c, d.cpu_column]),
-                    memory_mb=int(alloc.cell_use[c, d.mem_column]),
-                )
-                for c in range(2)
-                if alloc.cell_use[c, d.cpu_column] or alloc.cell_use[c, d.mem_column]
-            ]
-        instances.append(
-            Instance(
-                id=alloc.instance_id,
-                host=alloc.host,
-                flavor=alloc.flavor,
-                server_group=alloc.server_group,
-                project=f"project-{int(alloc.instance_id[3:]) % 5}",
-                numa=numa,
-            )
-        )
+    instances = [
+        inst.model_copy(update={"project": f"project-{int(inst.id[3:]) % 5}"})
+        for inst in table.snapshot_instances()
+    ]
     return base.model_copy(update={"instances": instances})
 
 

@@ -14,7 +14,7 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from berth.core.model import CellPlacement, DiskInventory, Host, NumaCell, PciAlias
+from berth.core.model import DiskInventory, Host, NumaCell, PciAlias
 from berth.policy.loader import dump_text
 from berth.policy.model import (
     BaseFlavor,
@@ -354,27 +354,15 @@ def _snapshot(engine: object, empty: TopologySpec) -> TopologySpec:
                 cluster = engine.topology.clusters[spec.name]
                 table = cluster.table
                 instances = []
-                for alloc in sorted(table.allocations.values(), key=lambda a: a.instance_id):
-                    d = table.demands[alloc.flavor]
-                    numa = None
-                    if d.spec.numa:
-                        numa = [
-                            CellPlacement(
-                                cell=c,
-                                vcpus=int(alloc.cell_use[c, d.cpu_column]),
-                                memory_mb=int(alloc.cell_use[c, d.mem_column]),
-                            )
-                            for c in range(2)
-                            if alloc.cell_use[c, d.cpu_column] or alloc.cell_use[c, d.mem_column]
-                        ]
-                    meta = cluster.meta[alloc.instance_id]
+                for inst in sorted(table.snapshot_instances(), key=lambda i: i.id):
+                    meta = cluster.meta[inst.id]
                     instances.append(
                         ClusterInstance(
-                            id=alloc.instance_id,
-                            host=alloc.host,
-                            flavor=alloc.flavor,
-                            project=alloc.project,
-                            numa=numa,
+                            id=inst.id,
+                            host=inst.host,
+                            flavor=inst.flavor,
+                            project=inst.project,
+                            numa=inst.numa,
                             business=meta.business,
                             created_at=round(meta.created_at, 1),
                             user=meta.user,

@@ -2,29 +2,19 @@
 
 from __future__ import annotations
 
-import numpy as np
+from berth.core.filters.base import Context
+from berth.core.filters.keyed import KeyedSpecFilter
+from berth.core.flavors import SpecMatch
+from berth.core.table import KeyedValues
 
-from berth.core.filters.aggregate_extra_specs import keyed_mask
-from berth.core.filters.base import Context, HostFilter, Mask, Rejection
 
-
-class ComputeCapabilitiesFilter(HostFilter):
+class ComputeCapabilitiesFilter(KeyedSpecFilter):
     name = "compute_capabilities"
+    code = "capability_mismatch"
+    label = "capability"
 
-    def mask(self, ctx: Context) -> Mask:
-        out = np.ones(len(ctx.table), dtype=bool)
-        for spec in ctx.demand.spec.capability_specs:
-            out &= keyed_mask(ctx.table.capabilities, spec, len(ctx.table))
-        return out
+    def _store(self, ctx: Context) -> dict[str, KeyedValues]:
+        return ctx.table.capabilities
 
-    def explain(self, ctx: Context, failed: Mask) -> list[tuple[Rejection, Mask]]:
-        out = []
-        left = failed.copy()
-        for spec in ctx.demand.spec.capability_specs:
-            bad = left & ~keyed_mask(ctx.table.capabilities, spec, len(ctx.table))
-            why = Rejection(
-                "capability_mismatch", f"capability {spec.key} not {spec.op} {spec.value}"
-            )
-            out.append((why, bad))
-            left &= ~bad
-        return out
+    def _specs(self, ctx: Context) -> tuple[SpecMatch, ...]:
+        return ctx.demand.spec.capability_specs
