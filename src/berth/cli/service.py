@@ -85,6 +85,10 @@ def serve(
             help="Pick each host at random among the N best (fewer races between replicas).",
         ),
     ] = 1,
+    policy_file: Annotated[
+        Path | None,
+        typer.Option("--policy", help="Multi-cloud policy file (YAML): enables POST /v1/schedule."),
+    ] = None,
     load_demo: Annotated[
         bool, typer.Option("--load-demo", help="Load the demo topology if the database is empty.")
     ] = False,
@@ -116,6 +120,19 @@ def serve(
         scheduler = scheduler.model_copy(update={"host_subset_size": host_subset_size})
     rid = replica_id or f"{socket.gethostname()}:{port}"
     store = Store.open(url, replica=rid)
+    policy = None
+    if policy_file is not None:
+        from berth.core.errors import BerthError
+        from berth.policy.loader import load_policy
+        from berth.service.policy import ensure_catalogue
+
+        try:
+            policy = load_policy(policy_file)
+        except BerthError as exc:
+            _fail(str(exc))
+        added = ensure_catalogue(store, policy)
+        if added:
+            out.print(f"recorded {added} flavors of the policy's catalogue")
     if load_demo and store.is_empty():
         counts = _load_demo(store)
         out.print(f"loaded the demo topology: {counts}")
@@ -125,6 +142,7 @@ def serve(
         scheduler=scheduler,
         service_down_time=service_down_time,
         poll_interval=poll_interval,
+        policy=policy,
     )
     app = create_app(cfg, store=store, simulate_heartbeats=simulate_agents)
     shown = "localhost" if host in ("0.0.0.0", "127.0.0.1") else host
@@ -175,6 +193,40 @@ def db_load_demo(db: DbOpt = None, data_dir: DataDirOpt = DEFAULT_DATA_DIR) -> N
     if not store.is_empty():
         _fail("the database already holds hosts; load the demo into an empty one")
     out.print(f"loaded: {load_demo(store)}")
+
+
+@db_app.command("load-topology")
+def db_load_topology(
+    policy_file: Annotated[
+        Path | None, typer.Option("--policy", help="Policy file. Default: the demo policy.")
+    ] = None,
+    topology_file: Annotated[
+        Path | None,
+        typer.Option("--topology", help="Topology file. Default: the demo topology."),
+    ] = None,
+    db: DbOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR,
+) -> None:
+    """Load a multi-cloud topology (regions, IDCs, clusters, networks, instances) and the
+    policy's flavor catalogue into an empty database; serve it with `--policy`."""
+    import time
+
+    from berth.core.errors import BerthError
+    from berth.policy.demo import shipped_path
+    from berth.policy.loader import load_policy, load_topology
+    from berth.service.policy import load_topology_into
+    from berth.store.repo import Store
+
+    store = Store.open(_db_url(db, data_dir))
+    if not store.is_empty():
+        _fail("the database already holds hosts; load the topology into an empty one")
+    try:
+        policy = load_policy(policy_file or shipped_path("demo-policy.yaml"))
+        spec = load_topology(topology_file or shipped_path("demo-topology.yaml"))
+        load_topology_into(store, policy, spec, now=time.time())
+    except BerthError as exc:
+        _fail(str(exc))
+    out.print(f"loaded: {store.counts()}")
 
 
 @admin_app.command("create-token")

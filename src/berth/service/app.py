@@ -27,10 +27,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from berth.core.errors import BerthError, FleetError, SpecError
 from berth.core.flavors import parse_flavor
 from berth.core.model import Flavor, Host
+from berth.policy.catalogue import PolicyError
+from berth.policy.pipeline import ScheduleRequest
 from berth.service import schemas as s
 from berth.service.auth import Authenticator, Principal, require
 from berth.service.errors import ERROR_RESPONSES, ApiError, ErrorBody, not_found
 from berth.service.metrics import Metrics
+from berth.service.policy import PolicyFailureError, Scheduled
+from berth.service.policy import schedule as policy_schedule
 from berth.service.state import (
     BadRequestError,
     ContentionError,
@@ -49,7 +53,9 @@ from berth.store.errors import (
     StoreError,
 )
 from berth.store.footprint import Footprint, to_named
-from berth.store.repo import GroupRow, InstanceRow, PoolRow, Store
+from berth.store.repo import GroupRow, InstanceRow, Outcome, PoolRow, Store
+
+_CAPACITY_STEPS = ("placement", "preemption", "deployment_set", "preemptible_limit", "precheck")
 
 log = logging.getLogger("berth.service")
 
@@ -664,6 +670,134 @@ def create_app(
                 field="Idempotency-Key",
             )
         return JSONResponse(response, status_code=status, headers={"Idempotent-Replayed": "true"})
+
+    def _schedule_out(req: s.ScheduleIn, project: str, done: Scheduled) -> dict[str, Any]:
+        pl = done.placement
+        table = replica.clusters[pl.cluster].table
+        info = pl.to_dict()
+        now = time.time()
+        out = s.ScheduleOut(
+            id=done.placement_id,
+            region=pl.region,
+            idc=pl.idc,
+            cluster=pl.cluster,
+            pool=pl.pool,
+            variant=pl.variant,
+            flavor=pl.flavor,
+            network=pl.network,
+            project=project,
+            instances=[
+                s.InstanceOut(
+                    id=sel.instance_id,
+                    project=project,
+                    flavor=pl.flavor,
+                    host=sel.host,
+                    cluster=pl.cluster,
+                    deployment_set=req.deployment_set,
+                    placement_id=done.placement_id,
+                    business_type=req.business,
+                    preemptible=req.business == "preemptible",
+                    cells=_cells(fp := to_named(sel.cell_use, sel.host_use, table.device_types)),
+                    host_use=fp["host"],
+                    created_at=now,
+                )
+                for sel in pl.decision.selections
+            ],
+            evicted=list(pl.evictions),
+            candidates=info["candidates"],
+            attempts=info["attempts"],
+            rejections=info["rejections"],
+            decision_ms=round(done.decision_ms, 3),
+            commit_attempts=done.attempts,
+        )
+        return out.model_dump(mode="json")
+
+    @app.post(
+        "/v1/schedule",
+        status_code=201,
+        response_model=s.ScheduleOut,
+        tags=["placement"],
+        responses={409: {"model": ErrorBody, "description": "the pipeline's explained failure"}},
+    )
+    def schedule_request(
+        body: s.ScheduleIn,
+        p: Who,
+        idempotency_key: Annotated[
+            str | None,
+            Header(max_length=128, pattern=r"^[\x21-\x7e]+$", description="makes retries safe"),
+        ] = None,
+    ) -> Any:
+        """The multi-cloud pipeline (needs `berth serve --policy FILE`): pre-check per IDC and
+        cluster, deployment set, flavor variants by business type and user, placement in a
+        pool, preemption; then the same optimistic commit as /v1/placements."""
+        if p.role == "reader":
+            raise ApiError(403, "forbidden", "role 'reader' cannot place instances")
+        if replica.engine is None:
+            raise ApiError(
+                409,
+                "policy_not_configured",
+                "this service runs without a multi-cloud policy (berth serve --policy FILE)",
+            )
+        started = time.perf_counter()
+        project = p.project_for(body.project)
+        request = ScheduleRequest(
+            region=body.region,
+            flavor=body.flavor,
+            count=body.count,
+            business=body.business,
+            user=body.user,
+            deployment_set=body.deployment_set,
+            image=body.image,
+            network=body.network,
+            project=project,
+            seed=body.seed,
+        )
+        idem = None
+        if idempotency_key is not None:
+            digest = hashlib.sha256(
+                json.dumps(
+                    {**body.model_dump(mode="json"), "project": project, "route": "schedule"},
+                    sort_keys=True,
+                ).encode()
+            ).hexdigest()
+            idem = (p.key, idempotency_key, digest)
+            stored = store.get_idempotent(p.key, idempotency_key)
+            if stored is not None:
+                return _replay(stored.request_hash, digest, stored.status, stored.response)
+        try:
+            done = policy_schedule(
+                replica,
+                request,
+                idempotency=idem,
+                response=lambda d: _schedule_out(body, project, d),
+            )
+        except IdempotencyRaceError:
+            assert idem is not None
+            stored = store.get_idempotent(p.key, idem[1])
+            assert stored is not None
+            return _replay(stored.request_hash, idem[2], stored.status, stored.response)
+        except PolicyFailureError as exc:
+            f = exc.failure
+            metrics.placements.labels("failure", f.code).inc()
+            replica.store.record_outcome(
+                Outcome(
+                    "failure",
+                    f.code,
+                    body.flavor,
+                    project,
+                    body.count,
+                    (time.perf_counter() - started) * 1e3,
+                )
+            )
+            status, code = (409, "no_valid_host") if f.step in _CAPACITY_STEPS else (422, f.code)
+            raise ApiError(status, code, f.message, details=f.to_dict()) from None
+        except PolicyError as exc:
+            text = str(exc)
+            where = text[2:].split(":", 1)[0] if text.startswith("--") else None
+            raise ApiError(422, "invalid_input", text.removeprefix("--"), field=where) from None
+        metrics.placements.labels("success", "placed").inc()
+        metrics.placement.observe(time.perf_counter() - started)
+        return JSONResponse(done.response or {}, status_code=201)
 
     @app.get("/v1/placements/{placement_id}", response_model=s.PlacementOut, tags=["placement"])
     def get_placement(placement_id: s.Ident, p: Who) -> s.PlacementOut:

@@ -271,6 +271,40 @@ class PlacementOut(BaseModel):
     attempts: int = 1
 
 
+class ScheduleIn(_In):
+    """A request to the multi-cloud pipeline (`berth serve --policy FILE`)."""
+
+    region: Ident = Field(description="a region, or one IDC by name")
+    flavor: Ident = Field(description="a base flavor of the policy's catalogue (e.g. v.c3.large)")
+    count: Annotated[int, Field(ge=1, le=100)] = 1
+    business: BusinessType = "on-demand"
+    user: Ident = "default"
+    project: Ident | None = Field(None, description="defaults to the token's project")
+    deployment_set: Ident | None = None
+    image: Ident | None = None
+    network: Ident | None = None
+    seed: Annotated[int, Field(ge=0, le=2**62)] = 0
+
+
+class ScheduleOut(BaseModel):
+    id: str
+    region: str
+    idc: str
+    cluster: str
+    pool: str
+    variant: str
+    flavor: str
+    network: str | None
+    project: str
+    instances: list[InstanceOut]
+    evicted: list[str] = Field(default_factory=list)
+    candidates: list[str] = Field(default_factory=list)
+    attempts: list[dict[str, Any]] = Field(default_factory=list)
+    rejections: list[dict[str, Any]] = Field(default_factory=list)
+    decision_ms: float = 0.0
+    commit_attempts: int = 1
+
+
 class EvictionIn(_In):
     instance_id: Ident
     reason: Text = "evicted by an operator"

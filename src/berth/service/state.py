@@ -37,6 +37,8 @@ from berth.core.model import Flavor, Fleet, ServerGroup
 from berth.core.request import ImageProps, RequestSpec
 from berth.core.resources import C_MEM, C_PCPU, H_MEM, H_VCPU
 from berth.core.table import HostTable
+from berth.policy.model import Policy
+from berth.policy.pipeline import PolicyEngine
 from berth.store.errors import GenerationConflictError, PlanRejectedError
 from berth.store.footprint import to_arrays, to_named
 from berth.store.repo import (
@@ -83,6 +85,8 @@ class ServiceConfig:
     cluster_order: str = "most_free"  # most_free | least_free | name
     token_cache_ttl: float = 5.0
     preemption: bool = True
+    policy: Policy | None = None
+    """The multi-cloud policy (`berth serve --policy FILE`): enables POST /v1/schedule."""
 
 
 @dataclass
@@ -173,7 +177,7 @@ class Replica:
         self.lock = threading.RLock()
         self._sync_lock = threading.Lock()
         self.clusters: dict[str, ClusterView] = {}
-        self.regions: dict[str, str] = {}
+        self.regions: dict[str, str | None] = {}  # region or IDC -> parent region
         self.host_cluster: dict[str, str] = {}
         self.groups: dict[str, GroupRow] = {}
         self.flavors: dict[str, Flavor] = {}
@@ -189,6 +193,13 @@ class Replica:
         self._pending: set[str] = set()  # hosts with a commit of this replica in flight
         self._changed = threading.Condition(self.lock)
         self._group_locks: dict[str, threading.Lock] = {}
+        self.networks: dict[tuple[str, str], int] = {}  # (cluster, network) -> free IPs
+        self.policy_lock = threading.Lock()
+        self.engine: PolicyEngine | None = None
+        if config.policy is not None:
+            from berth.service.policy import make_engine
+
+            self.engine = make_engine(config.policy, config.service_down_time)
 
     # ------------------------------------------------------------------ loading
     def reload(self) -> None:
@@ -262,6 +273,31 @@ class Replica:
         self._gaps = dict.fromkeys(snap.missing_event_ids, now)
         self.needs_reload = False
         self.reloads += 1
+        self.networks = {
+            (n["cluster"], n["name"]): n["total"] - n["used"] for n in self.store.list_ip_pools()
+        }
+        if self.engine is not None:
+            from berth.service import policy
+
+            policy.install(self, snap.instances, self.store.list_images())
+
+    def reload_locked(self) -> None:
+        """Reload from a fresh snapshot (caller holds the lock)."""
+        self._load(self.store.snapshot())
+
+    def hold(self, hosts: set[str]) -> None:
+        """Mark hosts as having a commit in flight (caller holds the lock)."""
+        self._pending |= hosts
+
+    def release_hold(self, hosts: set[str]) -> None:
+        self._done(hosts)
+
+    def apply_committed(self, commit: CommitResult) -> None:
+        """Apply what this replica just committed (caller holds the lock)."""
+        for ev in commit.events:
+            self._apply_own(ev)
+        for gid, gen in commit.groups.items():
+            self._group_generation(gid, gen)
 
     # ------------------------------------------------------------------ sync
     def sync(self) -> int:
@@ -356,14 +392,23 @@ class Replica:
                             project=p.get("project", "default"),
                         )
                     )
-                    if result is Applied.APPLIED and p.get("preemptible"):
-                        self.preemptible[p["instance_id"]] = ev.ts
+                    if result is Applied.APPLIED:
+                        if p.get("preemptible"):
+                            self.preemptible[p["instance_id"]] = ev.ts
+                        if self.engine is not None:
+                            from berth.service import policy
+
+                            policy.on_claimed(self, view.name, ev.host, p, ev.ts)
                 elif kind == "instance_released":
                     result = driver.apply(
                         InstanceReleased(ev.host, ev.generation, p["instance_id"])
                     )
                     if result is Applied.APPLIED:
                         self.preemptible.pop(p["instance_id"], None)
+                        if self.engine is not None:
+                            from berth.service import policy
+
+                            policy.on_released(self, view.name, ev.host, p)
                 else:
                     result = driver.apply(HostStateChanged(ev.host, ev.generation, p["enabled"]))
             except (ClaimError, KeyError):
@@ -383,13 +428,21 @@ class Replica:
                 view.table.demands.pop(p["name"], None)
         elif kind == "group_added":
             self.needs_reload = self.needs_reload or not self._add_group(p)
+            if self.engine is not None:
+                self.needs_reload = True  # the engine's sets follow on reload
         elif kind == "group_deleted":
             self.groups.pop(p["id"], None)
             for view in self.clusters.values():
                 view.table.groups.pop(p["id"], None)
+            if self.engine is not None:
+                self.engine.topology.sets.pop(p["id"], None)
         elif kind in ("region_added",):
-            self.regions.setdefault(p["name"], "")
-        elif kind in ("discrepancy", "image_added", "network_added"):
+            self.regions.setdefault(p["name"], p.get("parent"))
+            if self.engine is not None:
+                self.needs_reload = True
+        elif kind in ("image_added", "network_added"):
+            self.needs_reload = self.needs_reload or self.engine is not None
+        elif kind == "discrepancy":
             pass  # nothing the tables hold
         else:  # hosts_added, cluster_joined/left, pool_added, aggregates, aliases, unknown
             self.needs_reload = True
@@ -406,7 +459,15 @@ class Replica:
     def _add_group(self, p: dict[str, Any]) -> bool:
         if "policy" not in p:
             return False
-        row = GroupRow(p["id"], p["project"], p["policy"], p["max_per_host"], p["max_size"], 0)
+        row = GroupRow(
+            p["id"],
+            p["project"],
+            p["policy"],
+            p["max_per_host"],
+            p["max_size"],
+            0,
+            p.get("scope", "host"),
+        )
         self.groups[row.id] = row
         sg = ServerGroup(id=row.id, policy=row.policy, max_server_per_host=row.max_per_host)
         for view in self.clusters.values():
@@ -603,7 +664,10 @@ class Replica:
     def _candidates(self, args: PlaceArgs) -> tuple[list[ClusterView], dict[str, str]]:
         rejected: dict[str, str] = {}
         out = []
-        if args.region is not None and args.region not in self.regions:
+        if args.region is not None and args.region not in {
+            *self.regions,
+            *(p for p in self.regions.values() if p),
+        }:
             raise BadRequestError("region", f"unknown region {args.region!r}")
         if args.cluster is not None and args.cluster not in self.clusters:
             raise BadRequestError("cluster", f"unknown cluster {args.cluster!r}")
@@ -611,7 +675,10 @@ class Replica:
         for view in self.clusters.values():
             if args.cluster is not None and view.name != args.cluster:
                 continue
-            if args.region is not None and view.region != args.region:
+            if args.region is not None and args.region not in (
+                view.region,
+                self.regions.get(view.region),
+            ):
                 continue
             if view.state != "active":
                 rejected[view.name] = "cluster has left"

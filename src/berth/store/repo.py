@@ -92,6 +92,7 @@ class GroupRow:
     max_per_host: int
     max_size: int | None
     generation: int
+    scope: str = "host"
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,7 @@ class InstanceRow:
     preemptible: bool
     migratable: bool
     created_at: float
+    network: str | None = None
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,8 @@ class Snapshot:
     """Everything a replica needs to build its tables, read in one consistent transaction."""
 
     last_event_id: int
-    regions: dict[str, str]
+    regions: dict[str, str | None]
+    """region (or IDC) -> its parent region (None: top level)"""
     clusters: dict[str, ClusterRow]
     pools: list[PoolRow]
     aggregates: list[Aggregate]
@@ -161,6 +164,8 @@ class NewInstance:
     business_type: str = "on-demand"
     preemptible: bool = False
     migratable: bool = True
+    created_at: float | None = None  # None: the commit time
+    network: str | None = None  # takes one IP of this network (ip_pools)
 
 
 @dataclass(frozen=True)
@@ -212,6 +217,7 @@ def _instance(row: Any) -> InstanceRow:
         preemptible=bool(row.preemptible),
         migratable=bool(row.migratable),
         created_at=float(row.created_at),
+        network=row.network,
     )
 
 
@@ -313,7 +319,7 @@ class Store:
                 for r in conn.execute(select(t.events.c.id).where(t.events.c.id >= window))
             }
             missing = [i for i in range(window, last + 1) if i not in present]
-            regions = {r.name: r.description for r in conn.execute(select(t.regions))}
+            regions = {r.name: r.parent for r in conn.execute(select(t.regions))}
             clusters = {
                 r.name: ClusterRow(r.name, r.region, r.state)
                 for r in conn.execute(select(t.clusters))
@@ -336,7 +342,13 @@ class Store:
             ]
             groups = {
                 r.id: GroupRow(
-                    r.id, r.project, r.policy, r.max_per_host, r.max_size, int(r.generation)
+                    r.id,
+                    r.project,
+                    r.policy,
+                    r.max_per_host,
+                    r.max_size,
+                    int(r.generation),
+                    r.scope,
                 )
                 for r in conn.execute(select(t.deployment_sets))
             }
@@ -423,22 +435,26 @@ class Store:
             return [(r.name, float(r.last_heartbeat)) for r in rows]
 
     # ------------------------------------------------------------------ topology
-    def add_region(self, name: str, description: str = "") -> None:
+    def add_region(self, name: str, description: str = "", parent: str | None = None) -> None:
         try:
             with self._write() as conn:
                 conn.execute(
                     insert(t.regions).values(
-                        name=name, description=description, created_at=time.time()
+                        name=name, description=description, created_at=time.time(), parent=parent
                     )
                 )
-                self._append(conn, [("region_added", None, None, {"name": name})])
+                self._append(
+                    conn, [("region_added", None, None, {"name": name, "parent": parent})]
+                )
         except IntegrityError:
             raise AlreadyExistsError("region", name) from None
 
     def list_regions(self) -> list[dict[str, Any]]:
         with self._read() as conn:
             rows = conn.execute(select(t.regions).order_by(t.regions.c.name))
-            return [{"name": r.name, "description": r.description} for r in rows]
+            return [
+                {"name": r.name, "description": r.description, "parent": r.parent} for r in rows
+            ]
 
     def add_cluster(self, name: str, region: str) -> None:
         now = time.time()
@@ -826,6 +842,7 @@ class Store:
                         max_size=group.max_size,
                         generation=0,
                         created_at=time.time(),
+                        scope=group.scope,
                     )
                 )
                 payload = {
@@ -834,6 +851,7 @@ class Store:
                     "policy": group.policy,
                     "max_per_host": group.max_per_host,
                     "max_size": group.max_size,
+                    "scope": group.scope,
                 }
                 self._append(conn, [("group_added", None, None, payload)])
         except IntegrityError:
@@ -857,7 +875,15 @@ class Store:
             q = q.where(t.deployment_sets.c.project == project)
         with self._read() as conn:
             return [
-                GroupRow(r.id, r.project, r.policy, r.max_per_host, r.max_size, int(r.generation))
+                GroupRow(
+                    r.id,
+                    r.project,
+                    r.policy,
+                    r.max_per_host,
+                    r.max_size,
+                    int(r.generation),
+                    r.scope,
+                )
                 for r in conn.execute(q)
             ]
 
@@ -935,6 +961,7 @@ class Store:
                 step = dict.fromkeys(host_generations, 0)
                 for v, (_, reason) in zip(victims, evict, strict=True):
                     conn.execute(delete(t.instances).where(t.instances.c.id == v.id))
+                    self._free_ip(conn, v.network)
                     conn.execute(
                         insert(t.evictions).values(
                             instance_id=v.id,
@@ -966,6 +993,7 @@ class Store:
                                 "instance_id": v.id,
                                 "cluster": v.cluster,
                                 "server_group": v.server_group,
+                                "network": v.network,
                                 "group_generation": victim_group_gen,
                                 "evicted": True,
                                 "reason": reason,
@@ -975,7 +1003,22 @@ class Store:
                     result.evicted.append(v)
                 # 3. re-verify the plan against the current rows of the touched hosts
                 self._verify(conn, instances, capacities, group_generations)
-                # 4. claims
+                # 4. IPs, then claims
+                wanted: dict[str, int] = {}
+                for i in instances:
+                    if i.network is not None:
+                        wanted[i.network] = wanted.get(i.network, 0) + 1
+                for net in sorted(wanted):
+                    res = conn.execute(
+                        update(t.ip_pools)
+                        .where(
+                            t.ip_pools.c.name == net,
+                            t.ip_pools.c.used + wanted[net] <= t.ip_pools.c.total,
+                        )
+                        .values(used=t.ip_pools.c.used + wanted[net])
+                    )
+                    if res.rowcount != 1:
+                        raise PlanRejectedError(f"network {net!r} has no {wanted[net]} free IPs")
                 conn.execute(
                     insert(t.instances),
                     [
@@ -991,7 +1034,8 @@ class Store:
                             "business_type": i.business_type,
                             "preemptible": i.preemptible,
                             "migratable": i.migratable,
-                            "created_at": now,
+                            "created_at": now if i.created_at is None else i.created_at,
+                            "network": i.network,
                         }
                         for i in instances
                     ],
@@ -1013,6 +1057,9 @@ class Store:
                                 "project": i.project,
                                 "placement_id": placement_id,
                                 "preemptible": i.preemptible,
+                                "business_type": i.business_type,
+                                "network": i.network,
+                                "created_at": now if i.created_at is None else i.created_at,
                             },
                         )
                     )
@@ -1035,6 +1082,14 @@ class Store:
                 raise IdempotencyRaceError(f"idempotency key {idempotent.key!r} was used") from None
             raise PlanRejectedError(f"conflicting write: {exc.orig}") from None
         return result
+
+    def _free_ip(self, conn: Connection, network: str | None) -> None:
+        if network is not None:
+            conn.execute(
+                update(t.ip_pools)
+                .where(t.ip_pools.c.name == network, t.ip_pools.c.used > 0)
+                .values(used=t.ip_pools.c.used - 1)
+            )
 
     def _victims(self, conn: Connection, evict: Sequence[tuple[str, str]]) -> list[InstanceRow]:
         out = []
@@ -1119,6 +1174,7 @@ class Store:
                 raise NotFoundError("instance", instance_id)
             inst = _instance(row)
             conn.execute(delete(t.instances).where(t.instances.c.id == instance_id))
+            self._free_ip(conn, inst.network)
             gen = conn.execute(
                 update(t.hosts)
                 .where(t.hosts.c.name == inst.host)
@@ -1148,6 +1204,7 @@ class Store:
             payload = {
                 "instance_id": inst.id,
                 "cluster": inst.cluster,
+                "network": inst.network,
                 "server_group": inst.server_group,
                 "group_generation": group_gen,
                 "evicted": reason is not None,

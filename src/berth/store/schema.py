@@ -46,6 +46,7 @@ regions = Table(
     Column("name", String(NAME), primary_key=True),
     Column("description", Text, nullable=False, server_default=""),
     Column("created_at", Double, nullable=False),
+    Column("parent", String(NAME), nullable=True),  # a region's geographic region (IDC level)
 )
 
 clusters = Table(
@@ -155,6 +156,7 @@ deployment_sets = Table(
     Column("max_size", Integer, nullable=True),
     Column("generation", BigInteger, nullable=False, server_default="0"),
     Column("created_at", Double, nullable=False),
+    Column("scope", String(16), nullable=False, server_default="host"),
 )
 
 instances = Table(
@@ -172,6 +174,7 @@ instances = Table(
     Column("preemptible", Boolean, nullable=False, server_default="0"),
     Column("migratable", Boolean, nullable=False, server_default="1"),
     Column("created_at", Double, nullable=False),
+    Column("network", String(NAME), nullable=True),
     Index("ix_instances_host", "host"),
     Index("ix_instances_project", "project"),
     Index("ix_instances_server_group", "server_group"),

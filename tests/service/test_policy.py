@@ -1,0 +1,151 @@
+"""The multi-cloud pipeline through the service (`berth serve --policy`), on the policy demo."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from berth.policy.demo import shipped_path
+from berth.policy.loader import load_policy, load_topology
+from berth.policy.model import Policy, TopologySpec
+from berth.service.app import create_app
+from berth.service.policy import load_topology_into
+from berth.service.state import ServiceConfig
+from berth.store.audit import audit
+from berth.store.repo import Store
+from tests.service.conftest import Env
+
+POLICY: Policy = load_policy(shipped_path("demo-policy.yaml"))
+TOPOLOGY: TopologySpec = load_topology(shipped_path("demo-topology.yaml"))
+NOW = TOPOLOGY.now or 0.0
+
+
+@pytest.fixture(scope="session")
+def policy_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("policy") / "berth.db"
+    store = Store.open(f"sqlite:///{path}")
+    load_topology_into(store, POLICY, TOPOLOGY)
+    store.close()
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return path
+
+
+def policy_env(db: Path, replica_id: str = "p1") -> Env:
+    store = Store.open(f"sqlite:///{db}", replica=replica_id)
+    config = ServiceConfig(
+        db_url=str(store.engine.url), replica_id=replica_id, token_cache_ttl=0, policy=POLICY
+    )
+    app = create_app(config, store=store, clock=lambda: NOW, background=False)
+    tokens = {
+        "admin": store.create_token("admin", "admin")[1],
+        "alpha": store.create_token("alpha", "tenant", "project-1")[1],
+        "reader": store.create_token("ro", "reader")[1],
+    }
+    return Env(app, TestClient(app), store, app.state.replica, tokens)
+
+
+@pytest.fixture
+def penv(policy_db: Path, tmp_path: Path) -> Iterator[Env]:
+    db = tmp_path / "berth.db"
+    shutil.copy(policy_db, db)
+    env = policy_env(db)
+    yield env
+    env.store.close()
+
+
+def test_schedule_runs_the_pipeline_and_commits(penv: Env):
+    nets = {n["name"]: n["used"] for n in penv.get("/v1/networks").json()}
+    resp = penv.post("/v1/schedule", {"region": "beijing", "flavor": "v.c3.large", "count": 2})
+    assert resp.status_code == 201, resp.text
+    body = resp.json()
+    assert body["idc"] in ("bj-yz", "bj-zw")
+    assert body["variant"] in body["candidates"]
+    assert body["flavor"].startswith("v.c3.large")
+    assert len(body["instances"]) == 2
+    used = {n["name"]: n["used"] for n in penv.get("/v1/networks").json()}
+    assert used[body["network"]] == nets[body["network"]] + 2
+    inst = penv.get(f"/v1/instances/{body['instances'][0]['id']}").json()
+    assert inst["flavor"] == body["flavor"]
+    assert inst["business_type"] == "on-demand"
+    assert audit(penv.store) == []
+    # released instances give their IP back
+    penv.delete(f"/v1/instances/{inst['id']}")
+    again = {n["name"]: n["used"] for n in penv.get("/v1/networks").json()}
+    assert again[body["network"]] == nets[body["network"]] + 1
+
+
+def test_schedule_tenant_and_deployment_set_created_on_use(penv: Env):
+    body = {"region": "shanghai", "flavor": "v.c3.large", "count": 3, "deployment_set": "cache"}
+    resp = penv.post("/v1/schedule", body, "alpha")
+    assert resp.status_code == 201, resp.text
+    hosts = [i["host"] for i in resp.json()["instances"]]
+    assert len(set(hosts)) == 3
+    assert resp.json()["project"] == "project-1"
+    [ds] = [d for d in penv.get("/v1/deployment-sets", "alpha").json() if d["id"] == "cache"]
+    assert ds["members"] == 3
+    assert ds["max_size"] == POLICY.deployment_sets.max_size
+    assert penv.post("/v1/schedule", body, "reader").status_code == 403
+
+
+def test_schedule_failures_are_explained(penv: Env):
+    resp = penv.post("/v1/schedule", {"region": "beijing", "flavor": "v.g3.8xlarge", "count": 100})
+    if resp.status_code == 422:  # not a base flavor of the demo: any big one will do
+        resp = penv.post(
+            "/v1/schedule",
+            {"region": "beijing", "flavor": POLICY.flavors[-1].name, "count": 100},
+        )
+    assert resp.status_code in (409, 422), resp.text
+    err = resp.json()["error"]
+    assert err["details"]["step"]
+    assert err["message"]
+    bad = penv.post("/v1/schedule", {"region": "mars", "flavor": "v.c3.large"})
+    assert bad.status_code == 422
+    assert bad.json()["error"]["field"] == "region"
+    unknown = penv.post("/v1/schedule", {"region": "beijing", "flavor": "nope"})
+    assert unknown.status_code == 422
+
+
+def test_schedule_idempotency(penv: Env):
+    key = {"Idempotency-Key": "sched-1"}
+    body = {"region": "guangzhou", "flavor": "v.c3.large"}
+    first = penv.post("/v1/schedule", body, headers=key)
+    assert first.status_code == 201, first.text
+    count = len(penv.get("/v1/instances", params={"limit": 10000}).json())
+    again = penv.post("/v1/schedule", body, headers=key)
+    assert again.json() == first.json()
+    assert len(penv.get("/v1/instances", params={"limit": 10000}).json()) == count
+
+
+def test_the_other_replica_engine_follows_by_events(penv: Env, tmp_path: Path):
+    other = policy_env(tmp_path / "berth.db", replica_id="p2")
+    try:
+        resp = penv.post(
+            "/v1/schedule",
+            {"region": "beijing", "flavor": "v.c3.large", "business": "preemptible"},
+        )
+        assert resp.status_code == 201, resp.text
+        body = resp.json()
+        iid = body["instances"][0]["id"]
+        r2 = other.replica
+        assert r2.engine is not None
+        before = r2.engine.topology.clusters[body["cluster"]].networks[body["network"]]
+        assert r2.sync() >= 1
+        cluster = r2.engine.topology.clusters[body["cluster"]]
+        assert cluster.meta[iid].business.value == "preemptible"
+        assert cluster.networks[body["network"]] == before - 1
+        assert iid in cluster.preemptible_by_host[body["instances"][0]["host"]]
+    finally:
+        other.store.close()
+
+
+def test_without_a_policy_schedule_says_so(env: Env):
+    resp = env.post("/v1/schedule", {"region": "idc-north", "flavor": "c3.large"})
+    assert resp.status_code == 409
+    assert resp.json()["error"]["code"] == "policy_not_configured"
