@@ -170,3 +170,20 @@ def test_departures_of_rejected_requests_are_skipped():
     assert (run.outcome == ACCEPTED).sum() == 2
     assert run.events == 4 + 2
     assert np.all(run.samples[-1, 0] == 0)  # everyone has left by t=20
+
+
+def test_a_common_warmup_places_the_initial_vms_for_every_policy():
+    small = flavor("small", vcpus=1, mem=1024)
+    rows = [
+        ("i1", -10.0, INF, "small", OD),  # already running when the window opens
+        ("i2", -5.0, INF, "small", OD),
+        ("w1", 1.0, INF, "small", OD),
+    ]
+    trace = build_trace("warm", rows, [small], window=10.0, horizon=2.0)
+    opts = ReplayOptions(bound=False, warmup=resolve("first_fit"))
+    sim = Simulation(trace, tiny_fleet(), opts)
+    run = sim.run(resolve("worst_fit"))
+    hosts = [sim.base.names[r] for r in run.host]
+    assert hosts == ["h0", "h0", "h1"]  # first fit at warm-up, worst fit in the window
+    assert run.arrivals[0].sum() == 2  # window 0 is the warm-up
+    assert run.accepted[1].sum() == 1

@@ -24,7 +24,7 @@ from berth.core.errors import BerthError
 from berth.sim.azure import read_azure
 from berth.sim.evictions import default_evictor
 from berth.sim.fleets import load_fleet_or_sizing
-from berth.sim.policies import resolve_all
+from berth.sim.policies import resolve, resolve_all
 from berth.sim.replay import PolicyRun, ReplayOptions, Simulation
 from berth.sim.report import write_report
 from berth.sim.synthetic import DEFAULT_SIZING, SyntheticConfig, generate
@@ -69,6 +69,7 @@ def run_simulation(
     plots: bool = True,
     show_progress: bool = True,
     command: str | None = None,
+    warmup: str | None = None,
 ) -> dict[str, Any]:
     """The whole command without the console: read, replay each policy, write the report."""
     trace = load_trace(trace_spec, seed, azure_dir, days)
@@ -86,6 +87,7 @@ def run_simulation(
         track_flavors=track or None,
         evictor=evictor,
         bound=bound,
+        warmup=resolve(warmup) if warmup else None,
     )
     sim = Simulation(trace, fleet, options)
     runs: list[PolicyRun] = []
@@ -115,6 +117,7 @@ def run_simulation(
         "sample_every_s": sim.sample_every,
         "full_fraction": options.full_fraction,
         "preemption": evictor.name if evictor else "off",
+        "warmup": warmup or "each policy",
     }
     return write_report(out_dir, sim, runs, fleet_desc, command, opts, plots)
 
@@ -214,6 +217,13 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--no-preemption", help="Never evict preemptible instances.")
         ] = False,
         no_plots: Annotated[bool, typer.Option("--no-plots", help="Skip the PNG plots.")] = False,
+        warmup: Annotated[
+            str | None,
+            typer.Option(
+                help="Policy that places the VMs already running when the window opens, for "
+                "every policy alike (default: each policy places them itself)."
+            ),
+        ] = None,
     ) -> None:
         """Replay a VM trace against a fleet under several placement policies; write a report."""
         command = "berth " + " ".join(shlex.quote(a) for a in sys.argv[1:])
@@ -235,6 +245,7 @@ def register(app: typer.Typer) -> None:
                 plots=not no_plots,
                 show_progress=not as_json,
                 command=command,
+                warmup=warmup,
             )
         except BerthError as exc:
             _fail(str(exc))

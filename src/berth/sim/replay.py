@@ -95,6 +95,10 @@ class ReplayOptions:
     clock: Callable[[], int] = time.perf_counter_ns
     bound: bool = True
     bound_time_limit: float = 20.0
+    warmup: Policy | None = None
+    """Policy that places the VMs already running when the window opens (start before
+    `window_start`); None = the policy under test. A common warm-up policy starts every policy
+    from the same fleet state, so in-window results compare placement alone."""
 
 
 def large_flavors(trace: Trace, k: int = 4, min_share: float = 0.005) -> list[str]:
@@ -285,8 +289,15 @@ class Simulation:
         opts = self.options
         tr = self.trace
         config = lean_config(policy, self.base, self.flavors_used, self.zoned, self.now)
-        scheduler = FilterScheduler.from_config(config)
-        dynamic = frozenset(f.name for f in scheduler.filters if not f.static)
+        main = FilterScheduler.from_config(config)
+        warm = main
+        if opts.warmup is not None:
+            warm_config = lean_config(
+                opts.warmup, self.base, self.flavors_used, self.zoned, self.now
+            )
+            warm = FilterScheduler.from_config(warm_config)
+        scheduler = warm if self.ev_time.size and self.ev_time[0] < tr.window_start else main
+        dynamic = frozenset(f.name for f in main.filters if not f.static)
         table = self.base.copy()
         now = self.now
         clock = opts.clock
@@ -373,6 +384,9 @@ class Simulation:
                         periodic_events += action(state, due)
                         due += action.interval
                     periodic[j] = (action, due)
+            if t >= ws and scheduler is not main:
+                scheduler = main
+                state.scheduler = main
             i = int(ev_idx[k])
             if ev_kind[k] == 0:  # departure
                 if alive[i]:
