@@ -692,13 +692,11 @@ class Replica:
                 rejected[view.name] = "no hosts"
             else:
                 out.append(view)
-        now = self.clock()
         if self.config.cluster_order == "name" or len(out) < 2:
             out.sort(key=lambda v: v.name)
         else:
-            free = {
-                v.name: int(self.scheduler.capacity(v.table, args.flavor, now).sum()) for v in out
-            }
+            # resource room only (cached per host): ordering needs no filter passes
+            free = {v.name: int(v.table.resource_counts(args.flavor).sum()) for v in out}
             sign = -1 if self.config.cluster_order == "most_free" else 1
             out.sort(key=lambda v: (sign * free[v.name], v.name))
         return out, rejected

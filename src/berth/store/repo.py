@@ -27,7 +27,18 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy import Connection, Engine, and_, delete, func, insert, or_, select, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    and_,
+    bindparam,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 
 from berth.core.model import Aggregate, Flavor, Host, NumaCell, PciAlias
@@ -56,6 +67,19 @@ def day_of(ts: float) -> str:
 
 def hash_token(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
+
+
+# Statements of the claim path, built once (building them per call costs more than running them).
+_HOST_CAS = (
+    update(t.hosts)
+    .where(t.hosts.c.name == bindparam("h"), t.hosts.c.generation == bindparam("g"))
+    .values(generation=t.hosts.c.generation + bindparam("k"))
+)
+_ON_HOSTS = select(t.instances.c.host, t.instances.c.server_group, t.instances.c.placement).where(
+    t.instances.c.host.in_(bindparam("hosts", expanding=True))
+)
+_OUTCOME = insert(t.placement_outcomes)
+_EVENT = insert(t.events).returning(t.events.c.id)
 
 
 # ---------------------------------------------------------------------------- records
@@ -292,16 +316,15 @@ class Store:
         out = []
         for kind, host, generation, payload in items:
             new_id = conn.execute(
-                insert(t.events)
-                .values(
-                    ts=now,
-                    kind=kind,
-                    host=host,
-                    generation=generation,
-                    replica=self.replica,
-                    payload=payload,
-                )
-                .returning(t.events.c.id)
+                _EVENT,
+                {
+                    "ts": now,
+                    "kind": kind,
+                    "host": host,
+                    "generation": generation,
+                    "replica": self.replica,
+                    "payload": payload,
+                },
             ).scalar_one()
             out.append(EventRow(int(new_id), now, kind, host, generation, self.replica, payload))
         if not self.sqlite:  # wake the other replicas; the payload is the last id written
@@ -443,9 +466,7 @@ class Store:
                         name=name, description=description, created_at=time.time(), parent=parent
                     )
                 )
-                self._append(
-                    conn, [("region_added", None, None, {"name": name, "parent": parent})]
-                )
+                self._append(conn, [("region_added", None, None, {"name": name, "parent": parent})])
         except IntegrityError:
             raise AlreadyExistsError("region", name) from None
 
@@ -947,12 +968,7 @@ class Store:
                     ops[inst.host] += 1
                 for host in sorted(host_generations):
                     res = conn.execute(
-                        update(t.hosts)
-                        .where(
-                            t.hosts.c.name == host,
-                            t.hosts.c.generation == host_generations[host],
-                        )
-                        .values(generation=t.hosts.c.generation + ops[host])
+                        _HOST_CAS, {"h": host, "g": host_generations[host], "k": ops[host]}
                     )
                     if res.rowcount != 1:
                         raise GenerationConflictError("host", host)
@@ -1110,11 +1126,7 @@ class Store:
         hosts = sorted({i.host for i in new})
         if not hosts:
             return
-        rows = conn.execute(
-            select(t.instances.c.host, t.instances.c.server_group, t.instances.c.placement).where(
-                t.instances.c.host.in_(hosts)
-            )
-        ).all()
+        rows = conn.execute(_ON_HOSTS, {"hosts": hosts}).all()
         by_host: dict[str, list[Footprint]] = {h: [] for h in hosts}
         members: dict[tuple[str, str], int] = {}
         for r in rows:
@@ -1282,16 +1294,17 @@ class Store:
 
     def _outcome(self, conn: Connection, o: Outcome, now: float) -> None:
         conn.execute(
-            insert(t.placement_outcomes).values(
-                ts=now,
-                day=day_of(now),
-                outcome=o.outcome,
-                reason=o.reason,
-                flavor=o.flavor,
-                project=o.project,
-                num_instances=o.num_instances,
-                latency_ms=o.latency_ms,
-            )
+            _OUTCOME,
+            {
+                "ts": now,
+                "day": day_of(now),
+                "outcome": o.outcome,
+                "reason": o.reason,
+                "flavor": o.flavor,
+                "project": o.project,
+                "num_instances": o.num_instances,
+                "latency_ms": o.latency_ms,
+            },
         )
 
     def record_outcome(self, outcome: Outcome) -> None:
