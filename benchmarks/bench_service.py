@@ -295,6 +295,10 @@ def write_report(path: Path, rows: list[dict[str, Any]], args: argparse.Namespac
         "- The machine has 2 shared cores that the replicas, PostgreSQL and the client threads "
         "all share: with two replicas the client and the database compete with them for CPU, so "
         "the per-replica figure is a floor, not what a replica does on its own machine.",
+        "- Two replicas with the packing profile converge on the same fullest hosts, so about one "
+        "placement in seven loses its generation race and is decided again after catching up "
+        "(*conflicts retried*); `--host-subset-size 4` (*pg2-subset4*) spreads the choice over "
+        "the four best hosts, which here does not reduce the races: the hot hosts are few.",
         "- *audit*: after each run, every host's recorded instances are summed against its "
         "capacity from the rows alone (`berth.store.audit`).",
         "",
