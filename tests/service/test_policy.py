@@ -149,3 +149,22 @@ def test_without_a_policy_schedule_says_so(env: Env):
     resp = env.post("/v1/schedule", {"region": "idc-north", "flavor": "c3.large"})
     assert resp.status_code == 409
     assert resp.json()["error"]["code"] == "policy_not_configured"
+
+
+@pytest.mark.parametrize("by", ["region", "idc", "cluster", "pool", "host", "flavor"])
+def test_capacity_report_by_variant(penv: Env, by: str):
+    resp = penv.get("/v1/capacity/report", params={"flavor": "v.c3.large", "by": by})
+    assert resp.status_code == 200, resp.text
+    counts = resp.json()["counts"]
+    assert counts
+    total = penv.get("/v1/capacity/report", params={"flavor": "v.c3.large", "by": "flavor"})
+    per_variant = total.json()["counts"]["v.c3.large"]
+    if by != "flavor":
+        summed: dict[str, int] = {}
+        for group in counts.values():
+            for flavor, n in group.items():
+                summed[flavor] = summed.get(flavor, 0) + n
+        assert sum(summed.values()) == sum(per_variant.values())
+    bad = penv.get("/v1/capacity/report", params={"flavor": "nope"})
+    assert bad.status_code == 422
+    assert penv.get("/v1/capacity/report", "alpha").status_code == 403

@@ -27,6 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from berth.core.errors import BerthError, FleetError, SpecError
 from berth.core.flavors import parse_flavor
 from berth.core.model import Flavor, Host
+from berth.policy.capacity import capacity_report
 from berth.policy.catalogue import PolicyError
 from berth.policy.pipeline import ScheduleRequest
 from berth.service import schemas as s
@@ -892,6 +893,37 @@ def create_app(
             hosts=replica.host_count(),
             elapsed_ms=(time.perf_counter() - t0) * 1e3,
         )
+
+    @app.get("/v1/capacity/report", tags=["capacity"])
+    def capacity_by_variant(
+        _p: Reader,
+        flavor: Annotated[list[s.Ident] | None, Query(max_length=200)] = None,
+        by: Annotated[str, Query(pattern="^(region|idc|cluster|pool|host|flavor)$")] = "idc",
+    ) -> dict[str, Any]:
+        """The policy's capacity report ("remaining packages", needs `serve --policy`): for
+        each base flavor and variant, how many more fit in its pool, by region, IDC, cluster,
+        pool, host, or per base flavor and variant (`by=flavor`)."""
+        engine = replica.engine
+        if engine is None:
+            raise ApiError(
+                409,
+                "policy_not_configured",
+                "this service runs without a multi-cloud policy (berth serve --policy FILE)",
+            )
+        t0 = time.perf_counter()
+        try:
+            with replica.lock:
+                report = capacity_report(
+                    engine.topology,
+                    engine.counter,
+                    replica.clock(),
+                    list(flavor) if flavor else None,
+                )
+                out = report.to_dict(by)
+        except PolicyError as exc:
+            raise ApiError(422, "invalid_input", f"flavor: {exc}", field="flavor") from None
+        out["elapsed_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
+        return out
 
     @app.get("/v1/stats", response_model=list[s.StatsDay], tags=["capacity"])
     def stats(_p: Reader, days: Annotated[int, Query(ge=1, le=3660)] = 30) -> list[s.StatsDay]:
