@@ -19,7 +19,9 @@ from berth.service.policy import load_topology_into
 from berth.service.state import ServiceConfig
 from berth.store.audit import audit
 from berth.store.repo import Store
-from tests.service.conftest import Env
+from tests.service.conftest import Env, db_url, pg_url
+
+__all__ = ["db_url", "pg_url"]
 
 POLICY: Policy = load_policy(shipped_path("demo-policy.yaml"))
 TOPOLOGY: TopologySpec = load_topology(shipped_path("demo-topology.yaml"))
@@ -168,3 +170,48 @@ def test_capacity_report_by_variant(penv: Env, by: str):
     bad = penv.get("/v1/capacity/report", params={"flavor": "nope"})
     assert bad.status_code == 422
     assert penv.get("/v1/capacity/report", "alpha").status_code == 403
+
+
+def test_stale_replicas_keep_a_rack_scoped_set_apart(db_url: str):
+    """Two replicas schedule into the demo's rack-scoped set without syncing in between: the
+    set's generation makes the stale one catch up, so no rack holds two members."""
+    from berth.policy.pipeline import ScheduleRequest
+    from berth.service.policy import PolicyFailureError, schedule
+    from berth.service.state import Replica
+
+    loader = Store.open(db_url, replica="loader")
+    load_topology_into(loader, POLICY, TOPOLOGY)
+    loader.close()
+    replicas = []
+    for name in ("a", "b"):
+        config = ServiceConfig(db_url=db_url, replica_id=name, policy=POLICY)
+        r = Replica(Store.open(db_url, replica=name, migrate=False), config, lambda: NOW)
+        r.reload()
+        replicas.append(r)
+    a, b = replicas
+    try:
+        [ds] = [d for d in TOPOLOGY.deployment_sets if d.scope.value == "rack"]
+        members = len(a.store.list_instances(server_group=ds.name))
+        request = ScheduleRequest(region="beijing", flavor="v.c3.large", deployment_set=ds.name)
+        placed = retried = 0
+        for r in (a, b, a, b):
+            if members + placed >= ds.max_size:
+                break
+            try:
+                done = schedule(r, request)
+            except PolicyFailureError:  # the region ran out of racks for the set
+                break
+            placed += 1
+            retried += done.attempts > 1
+        assert placed >= 2
+        assert retried >= 1  # the stale replica lost the race on the set's generation once
+        rows = a.store.list_instances(server_group=ds.name)
+        racks: dict[tuple[str, str | None], list[str]] = {}
+        for row in rows:
+            host = a.store.get_host(row.host).host
+            racks.setdefault((row.cluster, host.rack), []).append(row.id)
+        assert all(len(ids) == 1 for ids in racks.values()), racks
+        assert audit(a.store) == []
+    finally:
+        for r in replicas:
+            r.store.close()
