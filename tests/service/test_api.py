@@ -486,3 +486,17 @@ def test_tokens(env: Env):
     assert env.client.get("/v1/instances", headers=headers).status_code == 401
     assert error(env.post("/v1/tokens", {"name": "x", "role": "tenant"}))["field"] == "project"
     assert error(env.post("/v1/tokens", {"name": "x", "role": "god"}))["field"] == "body.role"
+
+
+def test_a_database_outage_is_a_503_not_a_500(env: Env, monkeypatch: pytest.MonkeyPatch):
+    from sqlalchemy.exc import OperationalError
+
+    def down(*_a: object, **_k: object) -> None:
+        raise OperationalError("SELECT 1", {}, Exception("server closed the connection"))
+
+    monkeypatch.setattr(env.store, "list_regions", down)
+    resp = env.get("/v1/regions")
+    assert resp.status_code == 503
+    assert error(resp)["code"] == "database_unavailable"
+    monkeypatch.setattr(env.store, "latest_event_id", down)
+    assert env.client.get("/healthz").status_code == 503

@@ -119,7 +119,13 @@ def serve(
     if host_subset_size != 1:
         scheduler = scheduler.model_copy(update={"host_subset_size": host_subset_size})
     rid = replica_id or f"{socket.gethostname()}:{port}"
-    store = Store.open(url, replica=rid)
+    try:
+        store = Store.open(url, replica=rid)
+    except Exception as exc:  # unreachable server, bad credentials, unwritable directory
+        from sqlalchemy.engine import make_url
+
+        shown = make_url(url).render_as_string(hide_password=True)
+        _fail(f"cannot open the database {shown}: {str(exc).splitlines()[0]}")
     policy = None
     if policy_file is not None:
         from berth.core.errors import BerthError

@@ -22,6 +22,7 @@ from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from berth.core.errors import BerthError, FleetError, SpecError
@@ -296,6 +297,21 @@ def create_app(
     async def _http(_req: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return _error_response(ApiError(exc.status_code, code, str(exc.detail)))
+
+    @app.exception_handler(DBAPIError)
+    async def _database(_req: Request, exc: DBAPIError) -> JSONResponse:
+        if exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError):
+            log.warning("database unavailable: %s", exc)
+            return _error_response(
+                ApiError(
+                    503,
+                    "database_unavailable",
+                    "the database is unavailable; retry (with the same Idempotency-Key)",
+                    headers={"Retry-After": "1"},
+                )
+            )
+        log.exception("database error")
+        return _error_response(ApiError(500, "internal_error", f"database error: {exc.orig}"))
 
     @app.exception_handler(Exception)
     async def _unexpected(_req: Request, exc: Exception) -> JSONResponse:
