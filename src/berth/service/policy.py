@@ -151,6 +151,16 @@ def on_claimed(
         cluster.networks[net] -= 1
 
 
+def on_group_added(replica: Replica, p: dict[str, Any]) -> None:
+    engine = replica.engine
+    if engine is None or p["id"] in engine.topology.sets:
+        return
+    size = p.get("max_size") or engine.policy.deployment_sets.max_size
+    engine.topology.sets[p["id"]] = DeploymentSet(
+        p["id"], size, DeploymentScope(p.get("scope", "host"))
+    )
+
+
 def on_released(replica: Replica, cluster_name: str, host: str, p: dict[str, Any]) -> None:
     engine = replica.engine
     if engine is None:
@@ -275,8 +285,10 @@ def schedule(
             except (GenerationConflictError, PlanRejectedError) as exc:
                 last = str(exc)
                 with replica.lock:
-                    replica.needs_reload = True  # the engine's meta must follow exactly
+                    if isinstance(exc, PlanRejectedError) or attempt >= 2:
+                        replica.needs_reload = True  # the cache missed something: reload
                     replica.release_hold(touched)
+                replica.sync()  # catch up with whoever won, then decide again
                 continue
             except BaseException:
                 with replica.lock:

@@ -429,7 +429,9 @@ class Replica:
         elif kind == "group_added":
             self.needs_reload = self.needs_reload or not self._add_group(p)
             if self.engine is not None:
-                self.needs_reload = True  # the engine's sets follow on reload
+                from berth.service import policy
+
+                policy.on_group_added(self, p)
         elif kind == "group_deleted":
             self.groups.pop(p["id"], None)
             for view in self.clusters.values():
