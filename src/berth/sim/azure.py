@@ -66,7 +66,7 @@ def find_azure_dir(explicit: str | Path | None = None) -> Path:
                 candidates.append(base / rel / _DIR)
     for c in candidates:
         if (c / SAMPLE).exists():
-            return c
+            return c.resolve()
     tried = ", ".join(str(c) for c in candidates[:4])
     raise TraceError(
         f"Azure trace sample {SAMPLE} not found (tried {tried}, ...); "
