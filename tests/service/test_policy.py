@@ -215,3 +215,50 @@ def test_stale_replicas_keep_a_rack_scoped_set_apart(db_url: str):
     finally:
         for r in replicas:
             r.store.close()
+
+
+def test_the_preemptible_limit_holds_across_stale_replicas(policy_db: Path, tmp_path: Path):
+    """Two replicas that do not sync race for the IDC's last preemptible slots: the stale one
+    loses (on a host's generation, or on the IDC count re-checked in the commit), catches up,
+    and the engine then refuses; the limit is never passed."""
+    from berth.policy.pipeline import ScheduleRequest
+    from berth.service.policy import PolicyFailureError, schedule
+
+    db = tmp_path / "berth.db"
+    shutil.copy(policy_db, db)
+    a, b = policy_env(db, "a"), policy_env(db, "b")
+    try:
+        idc = "gz-th"
+        limit = POLICY.preemptible_limits.idcs[idc]
+
+        def count() -> int:
+            clusters = [
+                c.name
+                for r in TOPOLOGY.regions
+                for i in r.idcs
+                if i.name == idc
+                for c in i.clusters
+            ]
+            return sum(
+                1
+                for i in a.store.list_instances(limit=100_000)
+                if i.cluster in clusters and i.preemptible
+            )
+
+        request = ScheduleRequest(region=idc, flavor="v.c3.large", business="preemptible")
+        b.replica.reload()
+        while count() < limit - 1:
+            schedule(a.replica, request)
+        # b has not seen any of those: it believes there is room for several more
+        outcomes = []
+        for r in (a.replica, b.replica, b.replica):
+            try:
+                schedule(r, request)
+                outcomes.append("placed")
+            except PolicyFailureError as exc:
+                outcomes.append(exc.failure.code)
+        assert outcomes == ["placed", "preemptible_limit", "preemptible_limit"]
+        assert count() == limit
+    finally:
+        a.store.close()
+        b.store.close()

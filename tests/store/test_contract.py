@@ -328,3 +328,41 @@ def test_snapshot_is_complete(store):
     assert [i.id for i in snap.instances] == ["vm-1"]
     assert snap.groups["web"].generation == 1
     assert [a.name for a in snap.pci_aliases] == ["a100"]
+
+
+def test_preemptible_limit_is_counted_in_the_commit(store):
+    loaded(store)
+    fleet = small_fleet()
+    table = HostTable.from_fleet(fleet)
+
+    def commit(iid: str, host: str) -> None:
+        row = table.index[host]
+        cell_use, host_use = table.plan_for("s2", row)
+        store.commit_placement(
+            placement_id=f"p-{iid}",
+            instances=[
+                NewInstance(
+                    iid,
+                    host,
+                    "c1",
+                    "s2",
+                    to_named(cell_use, host_use, table.device_types),
+                    "default",
+                    preemptible=True,
+                    business_type="preemptible",
+                )
+            ],
+            host_generations={host: store.get_host(host).generation},
+            group_generations={},
+            capacities={
+                host: HostCapacity(table.cell_cap[row], table.host_cap[row], table.device_types)
+            },
+            preemptible_limit=("r1", 2),
+        )
+
+    commit("pre-1", "h-c1-0")
+    commit("pre-2", "h-c1-1")
+    with pytest.raises(PlanRejectedError, match="limit is 2"):
+        commit("pre-3", "h-c1-2")  # another host, current generation: only the count stops it
+    assert len(store.list_instances()) == 2
+    assert store.get_host("h-c1-2").generation == 0

@@ -273,6 +273,7 @@ def schedule(
                     capacities=caps,
                     evict=[(i, f"preempted by {placement_id}") for i in placement.evictions],
                     idempotent=idem,
+                    preemptible_limit=_limit(engine, placement, request),
                     outcome=Outcome(
                         "success",
                         "placed",
@@ -299,6 +300,17 @@ def schedule(
                 replica.release_hold(touched)
             return done
     raise ContentionError(f"gave up after {replica.config.max_attempts} attempts (last: {last})")
+
+
+def _limit(
+    engine: PolicyEngine, placement: Placement, request: ScheduleRequest
+) -> tuple[str, int] | None:
+    """The IDC's preemptible limit, re-checked in the commit (None: not preemptible, no limit)."""
+    if request.business != Business.PREEMPTIBLE:
+        return None
+    limits = engine.policy.preemptible_limits
+    limit = limits.idcs.get(placement.idc, limits.default)
+    return None if limit is None else (placement.idc, limit)
 
 
 def _ensure_set(replica: Replica, request: ScheduleRequest) -> None:

@@ -927,6 +927,7 @@ class Store:
         evict: Sequence[tuple[str, str]] = (),
         idempotent: Idempotent | None = None,
         outcome: Outcome | None = None,
+        preemptible_limit: tuple[str, int] | None = None,
     ) -> CommitResult:
         """Claim `instances` (after evicting `evict`: (instance id, reason)) all or nothing.
 
@@ -1019,6 +1020,8 @@ class Store:
                     result.evicted.append(v)
                 # 3. re-verify the plan against the current rows of the touched hosts
                 self._verify(conn, instances, capacities, group_generations)
+                if preemptible_limit is not None:
+                    self._verify_preemptible(conn, instances, *preemptible_limit)
                 # 4. IPs, then claims
                 wanted: dict[str, int] = {}
                 for i in instances:
@@ -1098,6 +1101,29 @@ class Store:
                 raise IdempotencyRaceError(f"idempotency key {idempotent.key!r} was used") from None
             raise PlanRejectedError(f"conflicting write: {exc.orig}") from None
         return result
+
+    def _verify_preemptible(
+        self, conn: Connection, new: Sequence[NewInstance], region: str, limit: int
+    ) -> None:
+        """At most `limit` preemptible instances in the region's (IDC's) clusters, counted under
+        a lock on the region's row so that concurrent commits of other replicas queue here."""
+        adding = sum(1 for i in new if i.preemptible)
+        if not adding:
+            return
+        lock = select(t.regions.c.name).where(t.regions.c.name == region)
+        if not self.sqlite:  # SQLite has one writer at a time already
+            lock = lock.with_for_update()
+        conn.execute(lock)
+        clusters = select(t.clusters.c.name).where(t.clusters.c.region == region)
+        current = conn.execute(
+            select(func.count()).where(
+                t.instances.c.preemptible.is_(True), t.instances.c.cluster.in_(clusters)
+            )
+        ).scalar_one()
+        if current + adding > limit:
+            raise PlanRejectedError(
+                f"IDC {region!r} holds {current} preemptible instances; its limit is {limit}"
+            )
 
     def _free_ip(self, conn: Connection, network: str | None) -> None:
         if network is not None:
