@@ -65,6 +65,8 @@ class Result:
     decision_ms: float = 0.0
     conflicts: int = 0
     audit: str = "ok"
+    cpu_ms: float = 0.0
+    """Replica CPU time (user + system, all replicas) per acknowledged placement."""
 
     @property
     def rate(self) -> float:
@@ -84,6 +86,8 @@ class Result:
             "p99_ms": round(float(np.percentile(lat, 99)), 2),
             "decision_ms_mean": round(self.decision_ms, 3),
             "conflicts_retried": self.conflicts,
+            "server_cpu_ms": round(self.cpu_ms, 2),
+            "per_core_per_s": round(1e3 / self.cpu_ms, 1) if self.cpu_ms else None,
             "audit": self.audit,
         }
 
@@ -136,6 +140,12 @@ def _start(url: str, name: str, workdir: Path, subset: int) -> tuple[subprocess.
                 return proc, base
         time.sleep(0.1)
     raise RuntimeError(f"{name} did not start")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _scrape(base: str) -> tuple[float, float, int]:
@@ -197,12 +207,14 @@ def run(config: str, replicas: int, requests: int, clients: int, subset: int = 1
                         for k in range(5):
                             http.post(base + "/v1/placements", json={"flavor": FLAVORS[k]})
                 threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+                cpu0 = sum(_cpu_seconds(proc.pid) for proc, _ in procs)
                 started = time.perf_counter()
                 for t in threads:
                     t.start()
                 for t in threads:
                     t.join()
                 seconds = time.perf_counter() - started
+                cpu = sum(_cpu_seconds(proc.pid) for proc, _ in procs) - cpu0
                 sums = [_scrape(base) for _, base in procs]
                 decision = sum(s[0] for s in sums) / max(1.0, sum(s[1] for s in sums)) * 1e3
                 conflicts = sum(s[2] for s in sums)
@@ -226,6 +238,7 @@ def run(config: str, replicas: int, requests: int, clients: int, subset: int = 1
         decision,
         conflicts,
         "ok" if not problems else "; ".join(problems[:3]),
+        cpu * 1e3 / max(1, len(lat)),
     )
 
 
@@ -268,14 +281,15 @@ def write_report(path: Path, rows: list[dict[str, Any]], args: argparse.Namespac
         f"{args.clients} client threads with keep-alive connections, round-robin over replicas.",
         "",
         "| config | replicas | placed | failed | s | placements/s | per replica | p50 ms | "
-        "p99 ms | decision ms | conflicts retried | audit |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "p99 ms | decision ms | server CPU ms | per core/s | conflicts retried | audit |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['config']} | {r['replicas']} | {r['placements']} | {r['failures']} | "
             f"{r['seconds']} | {r['placements_per_s']} | {r['per_replica_per_s']} | "
             f"{r['p50_ms']} | {r['p99_ms']} | {r['decision_ms_mean']} | "
+            f"{r['server_cpu_ms']} | {r['per_core_per_s']} | "
             f"{r['conflicts_retried']} | {r['audit']} |"
         )
     lines += [
@@ -299,6 +313,10 @@ def write_report(path: Path, rows: list[dict[str, Any]], args: argparse.Namespac
         "placement in seven loses its generation race and is decided again after catching up "
         "(*conflicts retried*); `--host-subset-size 4` (*pg2-subset4*) spreads the choice over "
         "the four best hosts, which here does not reduce the races: the hot hosts are few.",
+        "- *server CPU ms*: CPU time (user + system) of the replica processes per acknowledged "
+        "placement, read from /proc; *per core/s* = 1000 / that: the placements one replica "
+        "could do per second on a core of its own (a replica is one Python process: it uses about "
+        "one core). The client threads and PostgreSQL are not counted.",
         "- *audit*: after each run, every host's recorded instances are summed against its "
         "capacity from the rows alone (`berth.store.audit`).",
         "",
@@ -332,7 +350,8 @@ def main() -> None:
             f"per replica {row['per_replica_per_s']:7.1f}"
             f"  p50 {row['p50_ms']:6.2f} ms  p99 {row['p99_ms']:7.2f} ms  "
             f"decision {row['decision_ms_mean']:.3f} ms  failed {row['failures']}  "
-            f"conflicts {row['conflicts_retried']}  audit {row['audit']}",
+            f"conflicts {row['conflicts_retried']}  cpu {row['server_cpu_ms']} ms"
+            f" ({row['per_core_per_s']}/s per core)  audit {row['audit']}",
             flush=True,
         )
     write_report(args.out, rows, args)
