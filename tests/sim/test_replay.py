@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from berth.core.errors import ClaimError
 from berth.core.model import Fleet
 from berth.sim.policies import resolve
 from berth.sim.replay import (
@@ -16,6 +17,7 @@ from berth.sim.replay import (
     REJECTED,
     PolicyRun,
     ReplayOptions,
+    ReplayState,
     Simulation,
 )
 from berth.sim.report import summarize
@@ -187,3 +189,47 @@ def test_a_common_warmup_places_the_initial_vms_for_every_policy():
     assert hosts == ["h0", "h0", "h1"]  # first fit at warm-up, worst fit in the window
     assert run.arrivals[0].sum() == 2  # window 0 is the warm-up
     assert run.accepted[1].sum() == 1
+
+
+class MoveEverythingToH1:
+    """A toy periodic action: every 2 s, move whatever runs on h0 to h1 if it fits."""
+
+    interval = 2.0
+
+    def __init__(self) -> None:
+        self.calls: list[float] = []
+
+    def __call__(self, state: ReplayState, now: float) -> int:
+        self.calls.append(now)
+        moved = 0
+        for alloc in list(state.table.instances_on("h0")):
+            try:
+                state.migrate(alloc.instance_id, "h1")
+            except ClaimError:
+                continue
+            moved += 1
+        return moved
+
+
+def test_periodic_actions_run_on_the_virtual_clock_and_can_migrate():
+    action = MoveEverythingToH1()
+    sim = Simulation(tiny_trace(), tiny_fleet(), ReplayOptions(bound=False, periodic=[action]))
+    run = sim.run(resolve("first_fit"))
+    assert action.calls == [2.0, 4.0, 6.0]  # due times up to the last event (t=6)
+    # at t=2 a and b move to h1, so c (big) fits on h0; d still fits nowhere
+    assert run.periodic_events == 2
+    assert run.outcome.tolist() == [ACCEPTED] * 3 + [REJECTED] + [ACCEPTED] * 2
+    assert [sim.base.names[r] for r in run.host[4:]] == ["h1", "h1"]  # e, f next to b
+    assert not sim.base.allocations  # the prepared fleet is untouched
+
+
+def test_tracked_flavors_come_from_the_fleet_file_too():
+    fleet = Fleet(
+        hosts=[host("h", vcpus=8, mem=8192)],
+        flavors=[flavor("big", vcpus=8, mem=1024), flavor("small", vcpus=1, mem=512)],
+    )
+    rows = [("a", 0.0, INF, "small", OD), ("b", 1.0, INF, "big", OD)]
+    trace = build_trace("named", rows, list(fleet.flavors), window=10.0)
+    trace.flavors.clear()  # both flavors defined by the fleet file only
+    sim = Simulation(trace, fleet, ReplayOptions(bound=False))
+    assert sim.tracked == ["big", "small"]

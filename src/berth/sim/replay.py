@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -33,6 +33,7 @@ import numpy.typing as npt
 
 from berth.core.config import SchedulerConfig
 from berth.core.engine import FilterScheduler, commit
+from berth.core.errors import BerthError
 from berth.core.explain import NoValidHost
 from berth.core.model import Fleet
 from berth.core.request import RequestSpec
@@ -101,16 +102,23 @@ class ReplayOptions:
     from the same fleet state, so in-window results compare placement alone."""
 
 
-def large_flavors(trace: Trace, k: int = 4, min_share: float = 0.005) -> list[str]:
+def large_flavors(
+    trace: Trace,
+    k: int = 4,
+    min_share: float = 0.005,
+    sizes: Mapping[str, tuple[int, int]] | None = None,
+) -> list[str]:
     """The `k` largest flavors by vCPUs (then memory) among those with at least `min_share` of
-    the requests (rare giants say little about a fleet), largest first."""
+    the requests (rare giants say little about a fleet), largest first. `sizes` gives
+    (vcpus, memory_mb) for flavors the trace does not define itself (from the fleet file)."""
     counts = np.bincount(trace.flavor, minlength=len(trace.flavor_names))
     total = max(1, int(counts.sum()))
+    known = {n: (f.vcpus, f.memory_mb) for n, f in trace.flavors.items()}
+    known.update(sizes or {})
     sized: list[tuple[int, int, str]] = []
     for name, c in zip(trace.flavor_names, counts, strict=True):
-        f = trace.flavors.get(name)
-        if f is not None and c / total >= min_share:
-            sized.append((f.vcpus, f.memory_mb, name))
+        if name in known and c / total >= min_share:
+            sized.append((*known[name], name))
     sized.sort(reverse=True)
     return [name for _, _, name in sized[:k]]
 
@@ -123,11 +131,22 @@ class ReplayState:
     scheduler: FilterScheduler
     now: float
     events: int = 0
+    victims_by_host: dict[str, set[str]] = field(default_factory=dict)
+    """Host -> preemptible instances running there (the evictor's candidate index)."""
+
+    def forget(self, instance_id: str, host: str) -> None:
+        """Drop an instance from the preemptible index (it left `host`)."""
+        hosted = self.victims_by_host.get(host)
+        if hosted is not None:
+            hosted.discard(instance_id)
 
     def migrate(self, instance_id: str, host: str) -> None:
         """Move an instance to `host` (claim rule decides its cells); refused whole if it does
         not fit there."""
         alloc = self.table.release(instance_id)
+        if instance_id in self.victims_by_host.get(alloc.host, ()):
+            self.forget(instance_id, alloc.host)
+            self.victims_by_host.setdefault(host, set()).add(instance_id)
         try:
             self.table.claim(
                 instance_id,
@@ -137,7 +156,10 @@ class ReplayState:
                 project=alloc.project,
                 migratable=alloc.migratable,
             )
-        except Exception:
+        except BerthError:
+            if instance_id in self.victims_by_host.get(host, ()):
+                self.forget(instance_id, host)
+                self.victims_by_host.setdefault(alloc.host, set()).add(instance_id)
             self.table.claim(
                 instance_id,
                 alloc.host,
@@ -207,7 +229,8 @@ class Simulation:
         for name in trace.flavor_names:
             self.base.demand(name)
         self.zoned = bool((trace.zone >= 0).any())
-        self.tracked = list(self.options.track_flavors or large_flavors(trace))
+        sizes = {n: (s.vcpus, s.memory_mb) for n, s in self.base.flavors.items()}
+        self.tracked = list(self.options.track_flavors or large_flavors(trace, sizes=sizes))
         for name in self.tracked:
             self.base.demand(name)
         self.eligible = {f: eligible_hosts(self.base, f, self.now) for f in trace.flavor_names}
@@ -356,7 +379,7 @@ class Simulation:
         eligible = self.eligible
         step = self.sample_every
         next_sample = ws
-        state = ReplayState(table, scheduler, now)
+        state = ReplayState(table, scheduler, now, victims_by_host=victims_by_host)
         periodic = [(a, ws + a.interval) for a in opts.periodic]
         probe_at = {p.event: p for p in self.probes}
         held: list[tuple[Probe, dict[str, int], int]] = []
@@ -392,9 +415,7 @@ class Simulation:
                 if alive[i]:
                     rid = ids[i]
                     if preemptible_req[i]:
-                        hosted = victims_by_host.get(table.allocations[rid].host)
-                        if hosted is not None:
-                            hosted.discard(rid)
+                        state.forget(rid, table.allocations[rid].host)
                     table.release(rid)
                     alive[i] = False
                     events += 1
@@ -437,9 +458,7 @@ class Simulation:
                     for vid in plan.evictions if plan is not None else ():
                         v = position[vid]
                         alloc = table.release(vid)
-                        hosted = victims_by_host.get(alloc.host)
-                        if hosted is not None:
-                            hosted.discard(vid)
+                        state.forget(vid, alloc.host)
                         alive[v] = False
                         outcome[v] = EVICTED
                         evicted[w, int(business_of[v])] += 1
