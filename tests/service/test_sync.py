@@ -175,3 +175,21 @@ def test_events_committed_out_of_id_order_are_not_skipped(db_url):
         assert same_tables(a, b) or b.reloads > 1
     finally:
         close([a, b])
+
+
+def test_replica_spread_makes_replicas_prefer_different_hosts(db_url):
+    seed = Store.open(db_url, replica="loader")
+    load_fleet_into(seed, small_fleet(8), {"c1": "r1"}, now=NOW)
+    seed.close()
+    chosen = []
+    for name in ("r-a", "r-b"):
+        config = ServiceConfig(db_url=db_url, replica_id=name, replica_spread=2.0)
+        r = Replica(Store.open(db_url, replica=name, migrate=False), config, lambda: NOW)
+        r.reload()
+        names = [w.name for w, _ in r.scheduler.weighers]
+        assert "replica_spread" in names
+        with r.lock:
+            plan = r._decide(PlaceArgs(flavor="p4", count=1, project="default", seed=1), "p")
+        chosen.append(plan.decision.hosts[0])
+        r.store.close()
+    assert chosen[0] != chosen[1]  # same request, same seed, different replica: other host

@@ -85,6 +85,13 @@ def serve(
             help="Pick each host at random among the N best (fewer races between replicas).",
         ),
     ] = 1,
+    replica_spread: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            help="Weight of a per-replica host preference (0: off); replicas race less.",
+        ),
+    ] = 0.0,
     policy_file: Annotated[
         Path | None,
         typer.Option("--policy", help="Multi-cloud policy file (YAML): enables POST /v1/schedule."),
@@ -149,6 +156,7 @@ def serve(
         service_down_time=service_down_time,
         poll_interval=poll_interval,
         policy=policy,
+        replica_spread=replica_spread,
     )
     app = create_app(cfg, store=store, simulate_heartbeats=simulate_agents)
     shown = "localhost" if host in ("0.0.0.0", "127.0.0.1") else host

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from berth.core.config import SchedulerConfig, profile
+from berth.core.config import SchedulerConfig, WeigherConfig, profile
 from berth.core.drivers import Applied, CachingScheduler
 from berth.core.engine import Decision, FilterScheduler
 from berth.core.errors import BerthError, ClaimError, SpecError
@@ -86,6 +86,8 @@ class ServiceConfig:
     token_cache_ttl: float = 5.0
     preemption: bool = True
     policy: Policy | None = None
+    replica_spread: float = 0.0
+    """Weight of the replica-spread weigher (0: off); see `berth.service.spread`."""
     """The multi-cloud policy (`berth serve --policy FILE`): enables POST /v1/schedule."""
 
 
@@ -171,8 +173,17 @@ class Replica:
                 **params.get("compute", {}),
                 "service_down_time": config.service_down_time,
             }
+        weighers = list(cfg.weighers)
+        if config.replica_spread > 0:
+            weighers.append(
+                WeigherConfig(
+                    name="berth.service.spread:ReplicaSpreadWeigher",
+                    weight=config.replica_spread,
+                    params={"seed": config.replica_id},
+                )
+            )
         self.scheduler = FilterScheduler.from_config(
-            cfg.model_copy(update={"filter_params": params})
+            cfg.model_copy(update={"filter_params": params, "weighers": weighers})
         )
         self.lock = threading.RLock()
         self._sync_lock = threading.Lock()
