@@ -63,6 +63,14 @@ log = logging.getLogger("berth.service")
 
 
 # ---------------------------------------------------------------------------- helpers
+def _cell_dicts(fp: Footprint) -> list[dict[str, Any]]:
+    return [
+        {"cell": i, **c}
+        for i, c in enumerate(fp["cells"])
+        if any(c.get(k) for k in ("vcpus", "pcpus", "memory_mb", "hugepages_mb")) or c.get("pci")
+    ]
+
+
 def _cells(fp: Footprint) -> list[s.CellUse]:
     return [
         s.CellUse(cell=i, **c)
@@ -560,38 +568,43 @@ def create_app(
         return Response(status_code=204)
 
     # ------------------------------------------------------------------ placements
-    def _placement_out(args: PlaceArgs, placed: Placed) -> s.PlacementOut:
+    def _placement_out(args: PlaceArgs, placed: Placed) -> dict[str, Any]:
+        """The 201 body as plain JSON data (the shape of `PlacementOut`, built without models:
+        this runs once per placement)."""
         table = replica.clusters[placed.cluster].table
         now = time.time()
-        return s.PlacementOut(
-            id=placed.placement_id,
-            flavor=args.flavor,
-            project=args.project,
-            cluster=placed.cluster,
-            instances=[
-                s.InstanceOut(
-                    id=sel.instance_id,
-                    project=args.project,
-                    flavor=args.flavor,
-                    host=sel.host,
-                    cluster=placed.cluster,
-                    deployment_set=args.deployment_set,
-                    placement_id=placed.placement_id,
-                    business_type=args.business_type,
-                    preemptible=args.business_type == "preemptible",
-                    cells=_cells(fp := to_named(sel.cell_use, sel.host_use, table.device_types)),
-                    host_use=fp["host"],
-                    created_at=now,
-                )
-                for sel in placed.decision.selections
-            ],
-            alternates={
+        instances = []
+        for sel in placed.decision.selections:
+            fp = to_named(sel.cell_use, sel.host_use, table.device_types)
+            instances.append(
+                {
+                    "id": sel.instance_id,
+                    "project": args.project,
+                    "flavor": args.flavor,
+                    "host": sel.host,
+                    "cluster": placed.cluster,
+                    "deployment_set": args.deployment_set,
+                    "placement_id": placed.placement_id,
+                    "business_type": args.business_type,
+                    "preemptible": args.business_type == "preemptible",
+                    "cells": _cell_dicts(fp),
+                    "host_use": fp["host"],
+                    "created_at": now,
+                }
+            )
+        return {
+            "id": placed.placement_id,
+            "flavor": args.flavor,
+            "project": args.project,
+            "cluster": placed.cluster,
+            "instances": instances,
+            "alternates": {
                 sel.instance_id: list(sel.alternates) for sel in placed.decision.selections
             },
-            evicted=placed.evicted,
-            decision_ms=round(placed.decision_ms, 3),
-            attempts=placed.attempts,
-        )
+            "evicted": placed.evicted,
+            "decision_ms": round(placed.decision_ms, 3),
+            "attempts": placed.attempts,
+        }
 
     @app.post(
         "/v1/placements",
@@ -655,7 +668,7 @@ def create_app(
             placed = replica.place(
                 args,
                 idempotency=idem,
-                response=lambda pl: _placement_out(args, pl).model_dump(mode="json"),
+                response=lambda pl: _placement_out(args, pl),
             )
         except IdempotencyRaceError:
             assert idem is not None
@@ -675,7 +688,7 @@ def create_app(
         metrics.placement.observe(time.perf_counter() - started)
         if placed.attempts > 1:
             metrics.conflicts.inc(placed.attempts - 1)
-        answer = placed.response or _placement_out(args, placed).model_dump(mode="json")
+        answer = placed.response or _placement_out(args, placed)
         return JSONResponse(answer, status_code=201)
 
     def _replay(stored_hash: str, digest: str, status: int, response: dict[str, Any]) -> Any:

@@ -66,3 +66,25 @@ def to_arrays(fp: Footprint, device_types: list[str]) -> tuple[I64, I64]:
     for name, col in _HOST:
         host_use[col] = int(fp["host"].get(name, 0))
     return cell_use, host_use
+
+
+def sum_footprints(fps: list[Footprint], device_types: list[str]) -> tuple[I64, I64]:
+    """The summed use of several footprints in a table's layout (one array built at the end)."""
+    width = CELL_BASE + len(device_types)
+    cells = [[0] * width for _ in range(CELLS)]
+    host = [0] * HOST_RESOURCES
+    index = {d: CELL_BASE + i for i, d in enumerate(device_types)}
+    for fp in fps:
+        for c, cell in enumerate(fp["cells"][:CELLS]):
+            row = cells[c]
+            for name, col in _CELL:
+                row[col] += int(cell.get(name, 0))
+            for device, count in cell.get("pci", {}).items():
+                pci_col = index.get(device)
+                if pci_col is None:
+                    raise ClaimError(f"footprint uses unknown PCI device type {device!r}")
+                row[pci_col] += int(count)
+        use = fp["host"]
+        for name, col in _HOST:
+            host[col] += int(use.get(name, 0))
+    return np.array(cells, dtype=np.int64), np.array(host, dtype=np.int64)

@@ -53,7 +53,7 @@ from berth.store.errors import (
     NotFoundError,
     PlanRejectedError,
 )
-from berth.store.footprint import Footprint, to_arrays
+from berth.store.footprint import Footprint, sum_footprints
 
 I64 = npt.NDArray[np.int64]
 NOTIFY_CHANNEL = "berth_events"
@@ -79,6 +79,7 @@ _ON_HOSTS = select(t.instances.c.host, t.instances.c.server_group, t.instances.c
     t.instances.c.host.in_(bindparam("hosts", expanding=True))
 )
 _OUTCOME = insert(t.placement_outcomes)
+_INSERT_INSTANCES = insert(t.instances)
 _EVENT = insert(t.events).returning(t.events.c.id)
 
 
@@ -1039,7 +1040,7 @@ class Store:
                     if res.rowcount != 1:
                         raise PlanRejectedError(f"network {net!r} has no {wanted[net]} free IPs")
                 conn.execute(
-                    insert(t.instances),
+                    _INSERT_INSTANCES,
                     [
                         {
                             "id": i.id,
@@ -1167,12 +1168,7 @@ class Store:
             cap = capacities.get(host)
             if cap is None:
                 raise PlanRejectedError(f"no inventory given for host {host!r}")
-            cell_used = np.zeros_like(cap.cell_cap)
-            host_used = np.zeros_like(cap.host_cap)
-            for fp in by_host[host]:
-                c, h = to_arrays(fp, cap.device_types)
-                cell_used += c
-                host_used += h
+            cell_used, host_used = sum_footprints(by_host[host], cap.device_types)
             if (cell_used > cap.cell_cap).any() or (host_used > cap.host_cap).any():
                 raise PlanRejectedError(f"host {host!r} would be over-committed")
         for gid in group_generations:
