@@ -279,6 +279,8 @@ def write_report(path: Path, rows: list[dict[str, Any]], args: argparse.Namespac
         f"- Machine: {_machine()}",
         f"- Python {platform.python_version()}; PostgreSQL {_pg_version()} on the same machine; "
         "SQLite WAL, synchronous=NORMAL",
+        f"- Load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())} "
+        "(the machine may be shared; figures vary by about ±20% between runs)",
         f"- Workload: demo topology (270 hosts in 3 clusters, 500 instances); {args.requests} "
         f"placements of one instance each, flavors {', '.join(FLAVORS)} in turn; "
         f"{args.clients} client threads with keep-alive connections, round-robin over replicas.",
