@@ -500,3 +500,15 @@ def test_a_database_outage_is_a_503_not_a_500(env: Env, monkeypatch: pytest.Monk
     assert error(resp)["code"] == "database_unavailable"
     monkeypatch.setattr(env.store, "latest_event_id", down)
     assert env.client.get("/healthz").status_code == 503
+
+
+def test_remove_host(env: Env):
+    busy = env.get("/v1/instances", params={"limit": 1}).json()[0]["host"]
+    assert error(env.delete(f"/v1/hosts/{busy}"))["code"] == "in_use"
+    assert env.post("/v1/hosts", HOST_BODY, "operator").status_code == 201
+    assert env.delete(f"/v1/hosts/{HOST_BODY['name']}", "reader").status_code == 403
+    assert env.delete(f"/v1/hosts/{HOST_BODY['name']}", "operator").status_code == 204
+    assert env.get(f"/v1/hosts/{HOST_BODY['name']}").status_code == 404
+    assert HOST_BODY["name"] not in env.replica.host_cluster
+    assert error(env.delete("/v1/hosts/nope"))["code"] == "not_found"
+    assert env.get("/healthz").json()["hosts"] == 270

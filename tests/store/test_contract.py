@@ -366,3 +366,16 @@ def test_preemptible_limit_is_counted_in_the_commit(store):
         commit("pre-3", "h-c1-2")  # another host, current generation: only the count stops it
     assert len(store.list_instances()) == 2
     assert store.get_host("h-c1-2").generation == 0
+
+
+def test_remove_host(store):
+    loaded(store)
+    claim_one(store, small_fleet(), "vm-1", "h-c1-0")
+    with pytest.raises(InUseError):
+        store.remove_host("h-c1-0")
+    store.remove_host("h-c1-3")
+    with pytest.raises(NotFoundError):
+        store.get_host("h-c1-3")
+    with pytest.raises(NotFoundError):
+        store.remove_host("h-c1-3")
+    assert store.events_after(0, kind="host_removed")[0].host == "h-c1-3"

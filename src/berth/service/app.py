@@ -440,6 +440,13 @@ def create_app(
     def get_host(name: s.Ident, _p: Reader) -> s.HostOut:
         return _host_out(store.get_host(name))
 
+    @app.delete("/v1/hosts/{name}", status_code=204, tags=["hosts"])
+    def remove_host(name: s.Ident, _p: Operator) -> Response:
+        """Decommission a host that runs nothing (409 `in_use` otherwise)."""
+        store.remove_host(name)
+        replica.sync()
+        return Response(status_code=204)
+
     @app.post("/v1/hosts/{name}/enable", response_model=s.HostOut, tags=["hosts"])
     def enable_host(name: s.Ident, _p: Operator) -> s.HostOut:
         replica.set_enabled(name, True)

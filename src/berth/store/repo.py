@@ -620,6 +620,19 @@ class Store:
                 conn.execute(insert(t.host_cells), cell_rows)
             self._append(conn, [("hosts_added", None, None, {"cluster": cluster, "hosts": names})])
 
+    def remove_host(self, name: str) -> None:
+        """Decommission an empty host (one with instances is `InUseError`)."""
+        with self._write() as conn:
+            used = conn.execute(
+                select(t.instances.c.id).where(t.instances.c.host == name).limit(1)
+            ).first()
+            if used is not None:
+                raise InUseError(f"host {name!r} still runs instance {used.id!r}")
+            conn.execute(delete(t.host_cells).where(t.host_cells.c.host == name))
+            if conn.execute(delete(t.hosts).where(t.hosts.c.name == name)).rowcount == 0:
+                raise NotFoundError("host", name)
+            self._append(conn, [("host_removed", name, None, {"name": name})])
+
     def get_host(self, name: str) -> HostRecord:
         with self._read() as conn:
             found = self._hosts(conn, [name])
