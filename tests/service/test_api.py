@@ -512,3 +512,22 @@ def test_remove_host(env: Env):
     assert HOST_BODY["name"] not in env.replica.host_cluster
     assert error(env.delete("/v1/hosts/nope"))["code"] == "not_found"
     assert env.get("/healthz").json()["hosts"] == 270
+
+
+def test_placements_can_take_ips_from_a_network(env: Env):
+    net = {"name": "net-az3", "cluster": "az3", "cidr": "10.3.0.0/24", "total": 3}
+    assert env.post("/v1/networks", net, "operator").status_code == 201
+    placed = env.post("/v1/placements", {"flavor": "c3.large", "count": 2, "network": "net-az3"})
+    assert placed.status_code == 201, placed.text
+    assert placed.json()["cluster"] == "az3"
+    assert env.get("/v1/networks").json()[0]["used"] == 2
+    too_many = env.post("/v1/placements", {"flavor": "c3.large", "count": 2, "network": "net-az3"})
+    assert error(too_many)["details"]["reason"] == "insufficient_ips"
+    wrong = env.post(
+        "/v1/placements", {"flavor": "c3.large", "network": "net-az3", "cluster": "az1"}
+    )
+    assert error(wrong)["field"] == "network"
+    unknown = env.post("/v1/placements", {"flavor": "c3.large", "network": "nope"})
+    assert error(unknown)["field"] == "network"
+    env.delete(f"/v1/instances/{placed.json()['instances'][0]['id']}")
+    assert env.get("/v1/networks").json()[0]["used"] == 1

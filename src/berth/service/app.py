@@ -645,12 +645,40 @@ def create_app(
                 raise ApiError(
                     422, "invalid_reference", f"image: unknown image {body.image!r}", field="image"
                 ) from None
+        cluster = body.cluster
+        if body.network is not None:
+            nets = {n["name"]: n for n in store.list_ip_pools()}
+            net = nets.get(body.network)
+            if net is None:
+                raise ApiError(
+                    422,
+                    "invalid_reference",
+                    f"network: unknown network {body.network!r}",
+                    field="network",
+                )
+            if cluster is not None and cluster != net["cluster"]:
+                raise ApiError(
+                    422,
+                    "invalid_input",
+                    f"network: {body.network!r} belongs to cluster {net['cluster']!r}, "
+                    f"not {cluster!r}",
+                    field="network",
+                )
+            if net["total"] - net["used"] < body.count:
+                raise ApiError(
+                    409,
+                    "no_valid_host",
+                    f"network {body.network} has {net['total'] - net['used']} free IPs, "
+                    f"{body.count} needed",
+                    details={"reason": "insufficient_ips"},
+                )
+            cluster = net["cluster"]
         args = PlaceArgs(
             flavor=body.flavor,
             count=body.count,
             project=project,
             region=body.region,
-            cluster=body.cluster,
+            cluster=cluster,
             pool=body.pool,
             availability_zone=body.availability_zone,
             image=image,
@@ -659,6 +687,7 @@ def create_app(
             different_host=tuple(body.different_host),
             business_type=body.business_type,
             seed=body.seed,
+            network=body.network,
         )
         idem = None
         if idempotency_key is not None:

@@ -233,6 +233,9 @@ class PlacementIn(_In):
     different_host: list[Ident] = Field(default_factory=list, max_length=100)
     business_type: BusinessType = "on-demand"
     seed: Annotated[int, Field(ge=0, le=2**62)] | None = None
+    network: Ident | None = Field(
+        None, description="take one IP per instance from this network (places in its cluster)"
+    )
 
 
 class CellUse(BaseModel):

@@ -136,6 +136,8 @@ class PlaceArgs:
     different_host: tuple[str, ...] = ()
     business_type: str = "on-demand"
     seed: int | None = None
+    network: str | None = None
+    """Take one IP per instance from this network (its cluster is then the only candidate)."""
 
 
 @dataclass
@@ -654,6 +656,7 @@ class Replica:
                 server_group=args.deployment_set,
                 business_type=args.business_type,
                 preemptible=args.business_type == "preemptible",
+                network=args.network,
             )
             for s in plan.decision.selections
         ]
