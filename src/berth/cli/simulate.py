@@ -126,9 +126,9 @@ def _summary_table(metrics: dict[str, Any]) -> Table:
     tracked = metrics["trace"]["tracked_flavors"]
     big = tracked[0] if tracked else None
     grid = Table(title=f"{metrics['trace']['name']} on {metrics['fleet']}")
-    heads = ("policy", "accept", "evict", "CPU%", "mem%", "empty", "frag", "to bound", "p50 µs")
-    for col in (*heads, "ev/s"):
-        grid.add_column(col, justify="left" if col == "policy" else "right")
+    grid.add_column("policy", no_wrap=True)
+    for col in ("acc%", "evict", "cpu%", "mem%", "empty", "frag%", "bnd+%", "p50µs", "ev/s"):
+        grid.add_column(col, justify="right")
 
     def pct(x: float | None, digits: int = 1) -> str:
         return "–" if x is None else f"{100 * x:.{digits}f}"
@@ -146,11 +146,11 @@ def _summary_table(metrics: dict[str, Any]) -> Table:
             pct(s["fragmentation"][big]["mean"]) if big else "–",
             pct(s["bound"]["distance"]),
             f"{lat['p50']:.0f}" if lat else "–",
-            f"{s['performance']['events_per_s']:,.0f}",
+            f"{s['performance']['events_per_s'] / 1000:.1f}k",
         )
     grid.caption = (
-        "accept: % of in-window requests placed; CPU%/mem%: utilisation of used hosts; "
-        f"frag: % of free CPU that cannot hold {big}; to bound: hosts used / lower bound - 1"
+        "acc%: in-window requests placed; cpu%/mem%: utilisation of used hosts; "
+        f"frag%: free CPU that cannot hold {big}; bnd+%: hosts used / lower bound - 1"
     )
     return grid
 

@@ -261,6 +261,7 @@ def _column_generation(
         col = np.zeros(m)
         col[i] = max(best, 1.0)
         columns.append(col)
+    columns.extend(_ffd_columns(items, counts, types, fits))
     bound = 0.0
     converged = False
     while True:
@@ -297,6 +298,44 @@ def _column_generation(
             break
         columns.extend(new)
     return bound, converged
+
+
+def _ffd_columns(
+    items: F64, counts: F64, types: F64, fits: npt.NDArray[np.bool_], limit: int = 200_000
+) -> list[F64]:
+    """Host fillings from first-fit decreasing on the largest host type: starting columns
+    that put the restricted master near the optimum at once (the early stop then usually fires
+    on the first iteration when the volume bound is tight)."""
+    if counts.sum() > limit:
+        return []
+    t = int(np.argmax((types / np.maximum(types.max(axis=0), 1)).sum(axis=1)))
+    cap = types[t]
+    ok = fits[:, t]
+    size = (items / np.maximum(cap, 1)).max(axis=1)
+    order = [i for i in np.argsort(-size, kind="stable") if ok[i]]
+    free = np.zeros((0, cap.size))
+    content: list[dict[int, int]] = []
+    for i in order:
+        need = items[i]
+        for _ in range(int(counts[i])):
+            room = np.flatnonzero((free >= need - _EPS).all(axis=1))
+            if room.size:
+                b = int(room[0])
+            else:
+                free = np.vstack([free, cap[None, :]])
+                content.append({})
+                b = len(content) - 1
+            free[b] -= need
+            content[b][i] = content[b].get(i, 0) + 1
+    out: dict[tuple[tuple[int, int], ...], F64] = {}
+    for c in content:
+        key = tuple(sorted(c.items()))
+        if key not in out:
+            col = np.zeros(items.shape[0])
+            for i, k in c.items():
+                col[i] = k
+            out[key] = col
+    return list(out.values())
 
 
 def _price(
