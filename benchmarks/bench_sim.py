@@ -14,8 +14,8 @@ What it does (docs/simulator.md has the measures):
 4. Speed: events/s on 1,000 hosts (own warm-up).
 5. The synthetic 360-like day on its default fleet and a tighter one (``sim-synthetic.md``).
 
-    .venv/bin/python benchmarks/bench_sim.py [--sizes 500,520,530,540,560,600] [--quick] [--save-json F]
-                                             [--out benchmarks/results/packing.md]
+    .venv/bin/python benchmarks/bench_sim.py [--sizes 500,520,530,540,560,600] [--quick]
+                    [--out benchmarks/results/packing.md] [--save-json F] [--render-only F]
 """
 
 from __future__ import annotations
