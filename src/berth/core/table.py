@@ -142,6 +142,8 @@ class HostTable:
         self.groups: dict[str, ServerGroup] = {}
         self.group_rows: dict[str, dict[int, int]] = {}
         self.allocations: dict[str, Allocation] = {}
+        self.flavor_epoch = 0
+        """Bumped whenever a flavor is added or redefined (for caches over the catalogue)."""
         self.version = 0
         """Bumped by every change; never goes back, unlike generations after an undo."""
         self.touched = np.zeros(0, dtype=np.int64)
@@ -187,6 +189,7 @@ class HostTable:
         self.flavors[spec.name] = spec
         self.demands[spec.name] = build_demand(spec, self.device_types)
         self._derived = {}  # cached values may depend on the old definition of this name
+        self.flavor_epoch += 1
 
     def add_hosts(self, hosts: list[Host], aggregate_meta: dict[str, dict[str, str]]) -> None:
         """Append hosts as new rows. Existing rows, claims and generations are untouched."""
@@ -435,6 +438,8 @@ class HostTable:
         row = self.row(host)
         if (cell_use < 0).any() or (host_use < 0).any():
             raise ClaimError(f"negative use on host {host!r}")
+        if (cell_use <= self.cell_free[row]).all() and (host_use <= self.host_free[row]).all():
+            return  # the common case; the details below are only for the error message
         cell_after = self.cell_cap[row] - self.cell_free[row] + cell_use
         over = np.argwhere(cell_after > self.cell_cap[row])
         if over.size:

@@ -40,6 +40,11 @@ class FragmentationWeigher(HostWeigher):
     name = "fragmentation"
     Params = FragmentationParams
 
+    def __init__(self, params: BaseModel | None = None) -> None:
+        super().__init__(params)
+        self._largest_key: tuple[int, int] | None = None
+        self._largest: list[str] = []
+
     def references(self, ctx: Context) -> list[str]:
         assert isinstance(self.params, FragmentationParams)
         names = self.params.reference_flavors
@@ -48,8 +53,13 @@ class FragmentationWeigher(HostWeigher):
             if unknown:
                 raise SpecError(f"fragmentation weigher: unknown reference flavor {unknown[0]!r}")
             return names
-        specs = sorted(ctx.table.flavors.values(), key=lambda s: (-s.vcpus, -s.memory_mb, s.name))
-        return [s.name for s in specs[: self.params.largest]]
+        catalogue = ctx.table.flavors
+        key = (id(catalogue), ctx.table.flavor_epoch)
+        if self._largest_key != key:  # sort the catalogue once, not on every decision
+            specs = sorted(catalogue.values(), key=lambda s: (-s.vcpus, -s.memory_mb, s.name))
+            self._largest = [s.name for s in specs[: self.params.largest]]
+            self._largest_key = key
+        return self._largest
 
     def raw(self, ctx: Context, rows: I64) -> F64:
         references = tuple(self.references(ctx))
