@@ -15,9 +15,11 @@ from importlib import resources
 from pathlib import Path
 
 from berth.core.model import DiskInventory, Host, NumaCell, PciAlias
+from berth.policy import pipeline
 from berth.policy.loader import dump_text
 from berth.policy.model import (
     BaseFlavor,
+    Business,
     BusinessRule,
     ClusterInstance,
     ClusterSpec,
@@ -283,9 +285,6 @@ def _empty_topology(rng: random.Random) -> TopologySpec:
 
 def build_demo_topology(seed: int = 11, requests: int = 420) -> TopologySpec:
     """Hosts for every cluster, then `requests` mixed requests placed by the engine itself."""
-    from berth.policy.model import Business
-    from berth.policy.pipeline import PolicyEngine, ScheduleRequest
-
     rng = random.Random(seed)
     empty = _empty_topology(rng)
     # clusters built without their fill, then filled by scheduling (enabled for the fill)
@@ -311,7 +310,7 @@ def build_demo_topology(seed: int = 11, requests: int = 420) -> TopologySpec:
         }
     )
     policy = build_demo_policy()
-    engine = PolicyEngine(policy, fill_spec)
+    engine = pipeline.PolicyEngine(policy, fill_spec)
     bases = [f.name for f in policy.flavors]
     weights = [1 if f.family == "gpu" else 3 if f.vcpus <= 4 else 2 for f in policy.flavors]
     businesses = [Business.ON_DEMAND, Business.AUTO_SCALING, Business.PREEMPTIBLE]
@@ -325,7 +324,7 @@ def build_demo_topology(seed: int = 11, requests: int = 420) -> TopologySpec:
             ds, count = "web-prod", 2
         elif n % 101 == 0:
             ds, count = "db-prod", 1
-        request = ScheduleRequest(
+        request = pipeline.ScheduleRequest(
             region=rng.choice(regions),
             flavor=rng.choices(bases, weights=weights)[0],
             count=count,
@@ -336,15 +335,12 @@ def build_demo_topology(seed: int = 11, requests: int = 420) -> TopologySpec:
         )
         when = DEMO_NOW - rng.uniform(60, 30 * 86400)
         outcome = engine.decide(request, DEMO_NOW)
-        if outcome.ok and not outcome.evictions:  # type: ignore[union-attr]
-            engine.commit(outcome, when)  # type: ignore[arg-type]
+        if isinstance(outcome, pipeline.Placement) and not outcome.evictions:
+            engine.commit(outcome, when)
     return _snapshot(engine, empty)
 
 
-def _snapshot(engine: object, empty: TopologySpec) -> TopologySpec:
-    from berth.policy.pipeline import PolicyEngine
-
-    assert isinstance(engine, PolicyEngine)
+def _snapshot(engine: pipeline.PolicyEngine, empty: TopologySpec) -> TopologySpec:
     regions = []
     for region in empty.regions:
         idcs = []
