@@ -111,3 +111,12 @@ def test_seed_makes_placement_repeatable(small_fleet: Path) -> None:
     first = json.loads(runner.invoke(app, args).stdout)
     second = json.loads(runner.invoke(app, args).stdout)
     assert first == second
+
+
+def test_demo_load_fills_an_empty_service_database_once(tmp_path: Path) -> None:
+    first = runner.invoke(app, ["demo", "load", "--data-dir", str(tmp_path)])
+    assert first.exit_code == 0, first.output
+    assert "'hosts': 270" in first.stdout
+    again = runner.invoke(app, ["demo", "load", "--data-dir", str(tmp_path)])
+    assert again.exit_code == 2
+    assert "already holds hosts" in again.stderr

@@ -302,12 +302,22 @@ def plugins(as_json: JsonOpt = False) -> None:
     out.print(grid)
 
 
-@app.command()
+demo_app = typer.Typer(
+    help="The bundled demo. Without a subcommand: place on the demo fleet and print capacity.",
+    invoke_without_command=True,
+)
+app.add_typer(demo_app, name="demo")
+
+
+@demo_app.callback()
 def demo(
+    ctx: typer.Context,
     flavor: Annotated[str, typer.Option(help="Flavor to place.")] = "c3.4xlarge.numa1",
     count: Annotated[int, typer.Option("--count", "-n", min=1)] = 3,
 ) -> None:
     """Place on the bundled demo fleet and print the remaining capacity by zone."""
+    if ctx.invoked_subcommand is not None:
+        return
     out.print(f"[bold]Demo fleet:[/] {demo_fleet_path()}")
     _run_place(None, flavor, count, 0, None, None, "berth", None, None, False)
     capacity(
@@ -333,12 +343,14 @@ def demo(
 # ---------------------------------------------------------------------------- subcommands
 # Command groups that live in their own modules register themselves here, one line each.
 from berth.cli.schedule import register as _register_schedule  # noqa: E402
+from berth.cli.service import db_load_demo as _db_load_demo  # noqa: E402
 from berth.cli.service import register as _register_service  # noqa: E402
 from berth.cli.simulate import register as _register_simulate  # noqa: E402
 
 _register_service(app)
 _register_schedule(app)
 _register_simulate(app)
+demo_app.command("load")(_db_load_demo)  # `berth demo load` = `berth db load-demo`
 
 
 def main() -> None:  # pragma: no cover - console entry
