@@ -143,6 +143,7 @@ class HostTable:
         self.group_rows: dict[str, dict[int, int]] = {}
         self.allocations: dict[str, Allocation] = {}
         self.flavor_epoch = 0
+        self._everyone = np.ones(0, dtype=bool)
         """Bumped whenever a flavor is added or redefined (for caches over the catalogue)."""
         self.version = 0
         """Bumped by every change; never goes back, unlike generations after an undo."""
@@ -281,10 +282,19 @@ class HostTable:
         for r, host in enumerate(hosts, start=n0):
             self.names.append(host.name)
             self.index[host.name] = r
+        self._everyone = np.ones(len(self.names), dtype=bool)
+        self._everyone.flags.writeable = False
 
     # ------------------------------------------------------------------ views
     def __len__(self) -> int:
         return len(self.names)
+
+    def everyone(self) -> Mask:
+        """A read-only all-True mask over the hosts: what a filter that does not apply returns.
+
+        Shared, so filters that pass everyone cost nothing; it cannot be written to.
+        """
+        return self._everyone
 
     def row(self, host: str) -> int:
         try:
@@ -583,7 +593,9 @@ class HostTable:
         """An independent snapshot: arrays copied, immutable records shared."""
         new = HostTable.__new__(HostTable)
         for key, value in self.__dict__.items():
-            if isinstance(value, np.ndarray):
+            if key == "_everyone":
+                new._everyone = value  # read-only, shared
+            elif isinstance(value, np.ndarray):
                 setattr(new, key, value.copy(order="K"))  # keep the resource-major layout
             elif key == "_derived":
                 new._derived = dict(value)  # cached arrays are never written in place

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from berth.core.filters.base import Context, HostFilter, Mask
 
 
@@ -11,4 +9,4 @@ class AllHostsFilter(HostFilter):
     name = "all_hosts"
 
     def mask(self, ctx: Context) -> Mask:
-        return np.ones(len(ctx.table), dtype=bool)
+        return ctx.table.everyone()

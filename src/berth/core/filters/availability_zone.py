@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from berth.core.filters.base import Context, HostFilter, Mask
 
 
@@ -13,7 +11,7 @@ class AvailabilityZoneFilter(HostFilter):
     def mask(self, ctx: Context) -> Mask:
         zone = ctx.request.availability_zone
         if zone is None:
-            return np.ones(len(ctx.table), dtype=bool)
+            return ctx.table.everyone()
         return ctx.table.zone == ctx.table.zones.get(zone)
 
     def describe(self, ctx: Context) -> str:

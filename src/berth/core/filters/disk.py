@@ -20,7 +20,7 @@ class DiskFilter(HostFilter):
     def mask(self, ctx: Context) -> Mask:
         need = ctx.demand.spec.disk_gb
         if need == 0:
-            return np.ones(len(ctx.table), dtype=bool)
+            return ctx.table.everyone()
         return ctx.host_free[:, self._column(ctx)] >= need
 
     def explain(self, ctx: Context, failed: Mask) -> list[tuple[Rejection, Mask]]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from berth.core.filters.base import Context, HostFilter, Mask, Rejection
 
 
@@ -13,13 +11,13 @@ class ImagePropertiesFilter(HostFilter):
     def _arch(self, ctx: Context) -> Mask:
         want = ctx.request.image.architecture
         if want is None:
-            return np.ones(len(ctx.table), dtype=bool)
+            return ctx.table.everyone()
         return ctx.table.arch == ctx.table.arches.get(want)
 
     def _hypervisor(self, ctx: Context) -> Mask:
         want = ctx.request.image.hypervisor_type
         if want is None:
-            return np.ones(len(ctx.table), dtype=bool)
+            return ctx.table.everyone()
         return ctx.table.hypervisor == ctx.table.hypervisors.get(want)
 
     def mask(self, ctx: Context) -> Mask:

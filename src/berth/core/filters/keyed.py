@@ -32,6 +32,8 @@ class KeyedSpecFilter(HostFilter):
         raise NotImplementedError
 
     def mask(self, ctx: Context) -> Mask:
+        if not self._specs(ctx):
+            return ctx.table.everyone()
         out = np.ones(len(ctx.table), dtype=bool)
         for spec in self._specs(ctx):
             out &= keyed_mask(self._store(ctx), spec, len(ctx.table))

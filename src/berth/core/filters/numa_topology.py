@@ -37,7 +37,7 @@ class NumaTopologyFilter(HostFilter):
     def mask(self, ctx: Context) -> Mask:
         d = ctx.demand
         if d.mode == NumaMode.NONE:
-            return np.ones(len(ctx.table), dtype=bool)
+            return ctx.table.everyone()
         return ctx.table.cells_fit(d.spec.name) & page_size_ok(ctx)
 
     def explain(self, ctx: Context, failed: Mask) -> list[tuple[Rejection, Mask]]:

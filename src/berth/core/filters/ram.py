@@ -15,7 +15,7 @@ class RamFilter(HostFilter):
     def mask(self, ctx: Context) -> Mask:
         need = ctx.demand.host[H_MEM]
         if need == 0:
-            return np.ones(len(ctx.table), dtype=bool)
+            return ctx.table.everyone()
         return ctx.host_free[:, H_MEM] >= need
 
     def explain(self, ctx: Context, failed: Mask) -> list[tuple[Rejection, Mask]]:

@@ -11,6 +11,8 @@ class RetryFilter(HostFilter):
     name = "retry"
 
     def mask(self, ctx: Context) -> Mask:
+        if not ctx.request.ignore_hosts:
+            return ctx.table.everyone()
         out = np.ones(len(ctx.table), dtype=bool)
         rows = [ctx.table.index[h] for h in ctx.request.ignore_hosts if h in ctx.table.index]
         out[rows] = False

@@ -35,6 +35,8 @@ class DifferentHostFilter(HostFilter):
     static = False
 
     def mask(self, ctx: Context) -> Mask:
+        if not ctx.request.different_host:
+            return ctx.table.everyone()
         out = np.ones(len(ctx.table), dtype=bool)
         out[_rows(ctx, ctx.request.different_host)] = False
         return out

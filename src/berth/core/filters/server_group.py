@@ -42,7 +42,7 @@ class ServerGroupAntiAffinityFilter(HostFilter):
     def mask(self, ctx: Context) -> Mask:
         group = _group(ctx, GroupPolicy.ANTI_AFFINITY)
         if group is None:
-            return np.ones(len(ctx.table), dtype=bool)
+            return ctx.table.everyone()
         return ctx.table.group_count(group.id) < group.max_server_per_host
 
     def describe(self, ctx: Context) -> str:

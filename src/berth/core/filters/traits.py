@@ -46,7 +46,7 @@ class TraitsFilter(HostFilter):
     def mask(self, ctx: Context) -> Mask:
         required, forbidden = self._wanted(ctx)
         if not required and not forbidden:
-            return np.ones(len(ctx.table), dtype=bool)
+            return ctx.table.everyone()
         return self._has(ctx, required) & self._has_none(ctx, forbidden)
 
     def explain(self, ctx: Context, failed: Mask) -> list[tuple[Rejection, Mask]]:
