@@ -239,6 +239,19 @@ def _admin(p: Annotated[Principal, Depends(_principal)]) -> Principal:
 
 
 Who = Annotated[Principal, Depends(_principal)]
+IdempotencyKey = Annotated[
+    str | None,
+    Header(max_length=128, pattern=r"^[\x21-\x7e]+$", description="makes retries safe"),
+]
+Idempotency = tuple[str, str, str]
+"""(token key, Idempotency-Key, request digest): what the claim's transaction stores."""
+
+
+def _require_placer(p: Principal) -> None:
+    if p.role == "reader":
+        raise ApiError(403, "forbidden", "role 'reader' cannot place instances")
+
+
 Reader = Annotated[Principal, Depends(_reader)]
 Operator = Annotated[Principal, Depends(_operator)]
 Admin = Annotated[Principal, Depends(_admin)]
@@ -623,18 +636,14 @@ def create_app(
     def create_placement(
         body: s.PlacementIn,
         p: Who,
-        idempotency_key: Annotated[
-            str | None,
-            Header(max_length=128, pattern=r"^[\x21-\x7e]+$", description="makes retries safe"),
-        ] = None,
+        idempotency_key: IdempotencyKey = None,
     ) -> Any:
         """Choose hosts for `count` instances (all or nothing) and claim them.
 
         With an `Idempotency-Key`, a retried request returns the first answer and never
         places twice (the key is stored in the claim's own transaction).
         """
-        if p.role == "reader":
-            raise ApiError(403, "forbidden", "role 'reader' cannot place instances")
+        _require_placer(p)
         started = time.perf_counter()
         project = p.project_for(body.project)
         image = None
@@ -689,17 +698,11 @@ def create_app(
             seed=body.seed,
             network=body.network,
         )
-        idem = None
-        if idempotency_key is not None:
-            digest = hashlib.sha256(
-                json.dumps(
-                    {**body.model_dump(mode="json"), "project": project}, sort_keys=True
-                ).encode()
-            ).hexdigest()
-            idem = (p.key, idempotency_key, digest)
-            stored = store.get_idempotent(p.key, idempotency_key)
-            if stored is not None:
-                return _replay(stored.request_hash, digest, stored.status, stored.response)
+        idem, replayed = _idempotent(
+            p, idempotency_key, {**body.model_dump(mode="json"), "project": project}
+        )
+        if replayed is not None:
+            return replayed
         try:
             placed = replica.place(
                 args,
@@ -708,9 +711,7 @@ def create_app(
             )
         except IdempotencyRaceError:
             assert idem is not None
-            stored = store.get_idempotent(p.key, idem[1])
-            assert stored is not None
-            return _replay(stored.request_hash, idem[2], stored.status, stored.response)
+            return _replay_stored(idem)
         except NoPlacementError as exc:
             metrics.placements.labels("failure", exc.reason).inc()
             metrics.placement.observe(time.perf_counter() - started)
@@ -726,6 +727,26 @@ def create_app(
             metrics.conflicts.inc(placed.attempts - 1)
         answer = placed.response or _placement_out(args, placed)
         return JSONResponse(answer, status_code=201)
+
+    def _idempotent(
+        p: Principal, key: str | None, payload: dict[str, Any]
+    ) -> tuple[Idempotency | None, Any]:
+        """(what the claim stores for this key, the stored answer to replay if there is one)."""
+        if key is None:
+            return None, None
+        digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+        stored = store.get_idempotent(p.key, key)
+        if stored is None:
+            return (p.key, key, digest), None
+        return (p.key, key, digest), _replay(
+            stored.request_hash, digest, stored.status, stored.response
+        )
+
+    def _replay_stored(idem: Idempotency) -> Any:
+        """The answer a concurrent request with the same key stored first."""
+        stored = store.get_idempotent(idem[0], idem[1])
+        assert stored is not None
+        return _replay(stored.request_hash, idem[2], stored.status, stored.response)
 
     def _replay(stored_hash: str, digest: str, status: int, response: dict[str, Any]) -> Any:
         if stored_hash != digest:
@@ -788,16 +809,12 @@ def create_app(
     def schedule_request(
         body: s.ScheduleIn,
         p: Who,
-        idempotency_key: Annotated[
-            str | None,
-            Header(max_length=128, pattern=r"^[\x21-\x7e]+$", description="makes retries safe"),
-        ] = None,
+        idempotency_key: IdempotencyKey = None,
     ) -> Any:
         """The multi-cloud pipeline (needs `berth serve --policy FILE`): pre-check per IDC and
         cluster, deployment set, flavor variants by business type and user, placement in a
         pool, preemption; then the same optimistic commit as /v1/placements."""
-        if p.role == "reader":
-            raise ApiError(403, "forbidden", "role 'reader' cannot place instances")
+        _require_placer(p)
         if replica.engine is None:
             raise ApiError(
                 409,
@@ -818,18 +835,13 @@ def create_app(
             project=project,
             seed=body.seed,
         )
-        idem = None
-        if idempotency_key is not None:
-            digest = hashlib.sha256(
-                json.dumps(
-                    {**body.model_dump(mode="json"), "project": project, "route": "schedule"},
-                    sort_keys=True,
-                ).encode()
-            ).hexdigest()
-            idem = (p.key, idempotency_key, digest)
-            stored = store.get_idempotent(p.key, idempotency_key)
-            if stored is not None:
-                return _replay(stored.request_hash, digest, stored.status, stored.response)
+        idem, replayed = _idempotent(
+            p,
+            idempotency_key,
+            {**body.model_dump(mode="json"), "project": project, "route": "schedule"},
+        )
+        if replayed is not None:
+            return replayed
         try:
             done = policy_schedule(
                 replica,
@@ -839,9 +851,7 @@ def create_app(
             )
         except IdempotencyRaceError:
             assert idem is not None
-            stored = store.get_idempotent(p.key, idem[1])
-            assert stored is not None
-            return _replay(stored.request_hash, idem[2], stored.status, stored.response)
+            return _replay_stored(idem)
         except PolicyFailureError as exc:
             f = exc.failure
             metrics.placements.labels("failure", f.code).inc()

@@ -745,30 +745,10 @@ class Replica:
         clusters, rejected = self._candidates(args)
         seed = args.seed if args.seed is not None else secrets.randbits(31)
         ids = tuple(f"i-{secrets.token_hex(8)}" for _ in range(args.count))
-        image = args.image or {}
         diagnoses: dict[str, Any] = {}
         now = self.clock()
         for view in clusters:
-            traits = list(image.get("required_traits") or [])
-            if args.pool is not None:
-                traits.append(view.pools[args.pool])
-            request = RequestSpec(
-                flavor=args.flavor,
-                num_instances=args.count,
-                availability_zone=args.availability_zone,
-                image=ImageProps(
-                    architecture=image.get("architecture"),
-                    hypervisor_type=image.get("hypervisor_type"),
-                    required_traits=tuple(traits),
-                ),
-                server_group=args.deployment_set,
-                same_host=args.same_host,
-                different_host=args.different_host,
-                ignore_hosts=tuple(h for h in busy if h in view.table.index),
-                project=args.project,
-                instance_ids=ids,
-                seed=seed,
-            )
+            request = _cluster_request(view, args, ids, seed, busy)
             try:
                 return _Plan(view, self.scheduler.select_destinations(view.table, request, now))
             except NoValidHost as exc:
@@ -807,28 +787,8 @@ class Replica:
     ) -> _Plan | None:
         if plan_preemption is None or not self.preemptible:
             return None
-        image = args.image or {}
         for view in clusters:
-            traits = list(image.get("required_traits") or [])
-            if args.pool is not None:
-                traits.append(view.pools[args.pool])
-            request = RequestSpec(
-                flavor=args.flavor,
-                num_instances=args.count,
-                availability_zone=args.availability_zone,
-                image=ImageProps(
-                    architecture=image.get("architecture"),
-                    hypervisor_type=image.get("hypervisor_type"),
-                    required_traits=tuple(traits),
-                ),
-                server_group=args.deployment_set,
-                same_host=args.same_host,
-                different_host=args.different_host,
-                ignore_hosts=tuple(h for h in busy if h in view.table.index),
-                project=args.project,
-                instance_ids=ids,
-                seed=seed,
-            )
+            request = _cluster_request(view, args, ids, seed, busy)
             plan = plan_preemption(
                 self.scheduler,
                 view.table,
@@ -953,3 +913,31 @@ class Replica:
             return sum(
                 sum(v.table.group_rows.get(gid, {}).values()) for v in self.clusters.values()
             )
+
+
+def _cluster_request(
+    view: ClusterView, args: PlaceArgs, ids: tuple[str, ...], seed: int, busy: frozenset[str]
+) -> RequestSpec:
+    """The core request for one candidate cluster: the pool as a required trait, and the hosts
+    this replica is still committing to left out."""
+    image = args.image or {}
+    traits = list(image.get("required_traits") or [])
+    if args.pool is not None:
+        traits.append(view.pools[args.pool])
+    return RequestSpec(
+        flavor=args.flavor,
+        num_instances=args.count,
+        availability_zone=args.availability_zone,
+        image=ImageProps(
+            architecture=image.get("architecture"),
+            hypervisor_type=image.get("hypervisor_type"),
+            required_traits=tuple(traits),
+        ),
+        server_group=args.deployment_set,
+        same_host=args.same_host,
+        different_host=args.different_host,
+        ignore_hosts=tuple(h for h in busy if h in view.table.index),
+        project=args.project,
+        instance_ids=ids,
+        seed=seed,
+    )
