@@ -45,6 +45,7 @@ from rich.table import Table
 
 from berth.core.errors import ClaimError
 from berth.core.model import DiskInventory, Host, NumaCell
+from berth.policy import demo
 from berth.policy.demo import build_demo_policy
 from berth.policy.model import (
     Business,
@@ -77,23 +78,7 @@ POOL_SHARE = {
     "dpdk": 0.12,
     "gpu": 0.08,
 }
-# pool: (shared cpus, dedicated cpus, small-page GB, hugepage GB, pci, hdd GB, ssd GB) per cell
-HARDWARE: dict[str, tuple[int, int, int, int, dict[str, int], int, int]] = {
-    "shared": (4, 24, 96, 0, {}, 2000, 0),
-    "enterprise": (4, 28, 128, 0, {}, 2000, 0),
-    "local-hdd": (4, 20, 96, 0, {}, 12000, 0),
-    "local-ssd": (4, 20, 128, 0, {}, 500, 7680),
-    "dpdk": (2, 20, 32, 64, {"vf-dpdk": 8}, 1000, 0),
-    "gpu": (4, 24, 192, 0, {"gpu-a100": 2}, 2000, 0),
-}
-TRAITS = {
-    "shared": ["CUSTOM_POOL_SHARED"],
-    "enterprise": ["CUSTOM_POOL_ENTERPRISE"],
-    "local-hdd": ["CUSTOM_POOL_LOCAL_HDD"],
-    "local-ssd": ["CUSTOM_POOL_LOCAL_SSD"],
-    "dpdk": ["CUSTOM_POOL_DPDK", "HW_NIC_SRIOV"],
-    "gpu": ["CUSTOM_POOL_GPU"],
-}
+HARDWARE, TRAITS = demo.HARDWARE, demo.POOL_TRAITS
 
 log = Console(stderr=True, highlight=False, width=140)
 

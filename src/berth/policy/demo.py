@@ -173,8 +173,9 @@ def build_demo_policy() -> Policy:
     )
 
 
-# pool: (shared cpus, dedicated cpus, small-page GB, hugepage GB, pci, hdd GB, ssd GB) per cell
-_HARDWARE: dict[str, tuple[int, int, int, int, dict[str, int], int, int]] = {
+# pool: (shared cpus, dedicated cpus, small-page GB, hugepage GB, pci, hdd GB, ssd GB) per cell;
+# also the hardware of benchmarks/bench_policy.py
+HARDWARE: dict[str, tuple[int, int, int, int, dict[str, int], int, int]] = {
     "shared": (4, 24, 96, 0, {}, 2000, 0),
     "enterprise": (4, 28, 128, 0, {}, 2000, 0),
     "local-hdd": (4, 20, 96, 0, {}, 12000, 0),
@@ -182,7 +183,7 @@ _HARDWARE: dict[str, tuple[int, int, int, int, dict[str, int], int, int]] = {
     "dpdk": (2, 20, 32, 64, {"vf-dpdk": 8}, 1000, 0),
     "gpu": (4, 24, 192, 0, {"gpu-a100": 2}, 2000, 0),
 }
-_TRAIT = {
+POOL_TRAITS = {
     "shared": ["CUSTOM_POOL_SHARED"],
     "enterprise": ["CUSTOM_POOL_ENTERPRISE"],
     "local-hdd": ["CUSTOM_POOL_LOCAL_HDD"],
@@ -211,7 +212,7 @@ def _cluster_hosts(idc: str, cluster: str, index: int, rng: random.Random) -> li
     hosts = []
     i = 0
     for pool, n in mix.items():
-        shared, dedicated, mem_gb, huge_gb, pci, hdd, ssd = _HARDWARE[pool]
+        shared, dedicated, mem_gb, huge_gb, pci, hdd, ssd = HARDWARE[pool]
         for k in range(n):
             cells = [
                 NumaCell(
@@ -227,7 +228,7 @@ def _cluster_hosts(idc: str, cluster: str, index: int, rng: random.Random) -> li
                 Host(
                     name=f"{cluster}-{pool}-{k:02d}",
                     availability_zone=idc,
-                    traits=list(_TRAIT[pool]),
+                    traits=list(POOL_TRAITS[pool]),
                     enabled=rng.random() > 0.03,
                     last_heartbeat=DEMO_NOW - rng.randint(1, 30),
                     trusted=pool == "enterprise",
