@@ -623,11 +623,9 @@ class Store:
     def remove_host(self, name: str) -> None:
         """Decommission an empty host (one with instances is `InUseError`)."""
         with self._write() as conn:
-            used = conn.execute(
-                select(t.instances.c.id).where(t.instances.c.host == name).limit(1)
-            ).first()
+            used = _an_instance(conn, t.instances.c.host, name)
             if used is not None:
-                raise InUseError(f"host {name!r} still runs instance {used.id!r}")
+                raise InUseError(f"host {name!r} still runs instance {used!r}")
             conn.execute(delete(t.host_cells).where(t.host_cells.c.host == name))
             if conn.execute(delete(t.hosts).where(t.hosts.c.name == name)).rowcount == 0:
                 raise NotFoundError("host", name)
@@ -786,11 +784,9 @@ class Store:
 
     def delete_flavor(self, name: str) -> None:
         with self._write() as conn:
-            used = conn.execute(
-                select(t.instances.c.id).where(t.instances.c.flavor == name).limit(1)
-            ).first()
+            used = _an_instance(conn, t.instances.c.flavor, name)
             if used is not None:
-                raise InUseError(f"flavor {name!r} is used by instance {used.id!r}")
+                raise InUseError(f"flavor {name!r} is used by instance {used!r}")
             if conn.execute(delete(t.flavors).where(t.flavors.c.name == name)).rowcount == 0:
                 raise NotFoundError("flavor", name)
             self._append(conn, [("flavor_deleted", None, None, {"name": name})])
@@ -894,11 +890,9 @@ class Store:
 
     def delete_group(self, group_id: str) -> None:
         with self._write() as conn:
-            used = conn.execute(
-                select(t.instances.c.id).where(t.instances.c.server_group == group_id).limit(1)
-            ).first()
+            used = _an_instance(conn, t.instances.c.server_group, group_id)
             if used is not None:
-                raise InUseError(f"deployment set {group_id!r} still has instance {used.id!r}")
+                raise InUseError(f"deployment set {group_id!r} still has instance {used!r}")
             res = conn.execute(delete(t.deployment_sets).where(t.deployment_sets.c.id == group_id))
             if res.rowcount == 0:
                 raise NotFoundError("deployment set", group_id)
@@ -1440,3 +1434,9 @@ class Store:
                     ("flavors", t.flavors),
                 )
             }
+
+
+def _an_instance(conn: Connection, column: Any, value: str) -> str | None:
+    """The id of some instance whose `column` equals `value` (what keeps a row in use), or None."""
+    row = conn.execute(select(t.instances.c.id).where(column == value).limit(1)).first()
+    return None if row is None else str(row.id)
