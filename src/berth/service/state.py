@@ -20,7 +20,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -39,6 +39,7 @@ from berth.core.resources import C_MEM, C_PCPU, H_MEM, H_VCPU
 from berth.core.table import HostTable
 from berth.policy.model import Policy
 from berth.policy.pipeline import PolicyEngine
+from berth.store.defrag import DefragStore
 from berth.store.errors import GenerationConflictError, PlanRejectedError
 from berth.store.footprint import to_arrays, to_named
 from berth.store.repo import (
@@ -207,6 +208,7 @@ class Replica:
         self._changed = threading.Condition(self.lock)
         self._group_locks: dict[str, threading.Lock] = {}
         self.networks: dict[tuple[str, str], int] = {}  # (cluster, network) -> free IPs
+        self.draining: set[str] = set()  # hosts being drained: disabled in the tables
         self.policy_lock = threading.Lock()
         self.engine: PolicyEngine | None = None
         if config.policy is not None:
@@ -271,6 +273,11 @@ class Replica:
             )
             if inst.preemptible:
                 preemptible[inst.id] = inst.created_at
+        self.draining = DefragStore(self.store).draining()  # host_drain events keep it current
+        for name in self.draining:  # a draining host takes no placements: off in the tables
+            drained = clusters[host_cluster[name]].table if name in host_cluster else None
+            if drained is not None:
+                drained.enabled[drained.index[name]] = False
         for r in snap.hosts:  # the database's generations, not the count of claims above
             table = clusters[r.cluster].table
             table.generation[table.index[r.host.name]] = r.generation
@@ -384,7 +391,7 @@ class Replica:
     def _apply(self, ev: EventRow) -> None:
         """Apply one event to the cache (caller holds the lock)."""
         kind, p = ev.kind, ev.payload
-        if kind in ("instance_claimed", "instance_released", "host_state"):
+        if kind in ("instance_claimed", "instance_released", "host_state", "host_drain"):
             if ev.host is None or ev.generation is None or ev.host not in self.host_cluster:
                 self.needs_reload = True
                 return
@@ -406,6 +413,11 @@ class Replica:
                         )
                     )
                     if result is Applied.APPLIED:
+                        if p.get("migratable") is False:  # e.g. a migration allocation
+                            alloc = view.table.allocations[p["instance_id"]]
+                            view.table.allocations[alloc.instance_id] = replace(
+                                alloc, migratable=False
+                            )
                         if p.get("preemptible"):
                             self.preemptible[p["instance_id"]] = ev.ts
                         if self.engine is not None:
@@ -422,8 +434,14 @@ class Replica:
                             from berth.service import policy
 
                             policy.on_released(self, view.name, ev.host, p)
-                else:
-                    result = driver.apply(HostStateChanged(ev.host, ev.generation, p["enabled"]))
+                else:  # host_state, host_drain: a draining host is off in the table
+                    draining = p.get("draining", ev.host in self.draining)
+                    on = p["enabled"] and not draining
+                    result = driver.apply(HostStateChanged(ev.host, ev.generation, on))
+                    if result is Applied.APPLIED and draining:
+                        self.draining.add(ev.host)
+                    elif result is Applied.APPLIED:
+                        self.draining.discard(ev.host)
             except (ClaimError, KeyError):
                 result = Applied.GAP
             if result is Applied.GAP:

@@ -5,7 +5,12 @@ accounting, sums its instances' recorded footprints, and reports:
 
 * over-committed hosts (any per-cell or host column used beyond capacity);
 * anti-affinity deployment sets with more than `max_per_host` members on one host;
-* deployment sets over their `max_size`.
+* deployment sets over their `max_size`;
+* migration allocations (`<id>@migrating`, docs/service.md) without a defrag step in flight
+  whose instance is still on the step's source, and steps in flight without their allocation.
+
+Migration allocations are instance rows, so the over-commit and anti-affinity checks count them
+on their target hosts: a migration in flight holds the instance on both hosts.
 
 The concurrency test and `berth db check`-style tooling use it; an empty list means sound.
 """
@@ -16,6 +21,7 @@ import numpy as np
 
 from berth.core.model import Fleet
 from berth.core.table import HostTable
+from berth.store.defrag import DefragStore, is_migration, migration_id
 from berth.store.footprint import to_arrays
 from berth.store.repo import Store
 
@@ -56,4 +62,30 @@ def audit(store: Store) -> list[str]:
         group = snap.groups.get(gid)
         if group is not None and group.max_size is not None and n > group.max_size:
             problems.append(f"deployment set {gid} has {n} members, more than {group.max_size}")
+    problems.extend(_migrations(store, {i.id: i.host for i in snap.instances}))
+    return problems
+
+
+def _migrations(store: Store, host_of: dict[str, str]) -> list[str]:
+    problems = []
+    flying = {migration_id(s.instance_id): s for s in DefragStore(store).migrating_steps()}
+    for iid, host in host_of.items():
+        if not is_migration(iid):
+            continue
+        step = flying.get(iid)
+        if step is None:
+            problems.append(f"migration allocation {iid} belongs to no defrag step in flight")
+        elif host != step.target:
+            problems.append(f"migration allocation {iid} is on {host}, not on {step.target}")
+    for mid, step in flying.items():
+        if mid not in host_of:
+            problems.append(
+                f"step {step.step} of defrag plan {step.plan_id} is migrating without its "
+                f"allocation {mid}"
+            )
+        elif host_of.get(step.instance_id) != step.source:
+            problems.append(
+                f"step {step.step} of defrag plan {step.plan_id} is migrating but instance "
+                f"{step.instance_id} is not on its source {step.source}"
+            )
     return problems

@@ -97,6 +97,7 @@ hosts = Table(
     Column("report_ts", Double, nullable=True),
     Column("reconciled_ts", Double, nullable=True),
     Column("created_at", Double, nullable=False),
+    Column("draining", Boolean, nullable=False, server_default="0"),  # no new placements
     Index("ix_hosts_cluster", "cluster"),
     ForeignKeyConstraint(
         ["cluster", "pool"], ["pools.cluster", "pools.name"], name="fk_hosts_pool_pools"
@@ -246,4 +247,51 @@ placement_outcomes = Table(
     Column("latency_ms", Double, nullable=False),
     Index("ix_placement_outcomes_day", "day"),
     sqlite_autoincrement=True,
+)
+
+# Defragmentation plans (docs/service.md): the planner's plan as stored, and one row per move.
+# A step in state `migrating` holds its instance on both hosts: the instance row on the source and
+# a migration allocation, an instance row `<id>@migrating` on the target (so every claim path,
+# re-verification and audit sees it), until the move is confirmed or aborted.
+defrag_plans = Table(
+    "defrag_plans",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("cluster", String(NAME), ForeignKey("clusters.name"), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("target", Json, nullable=False),
+    Column("budget", Json, nullable=False),
+    Column("before", Json, nullable=False),
+    Column("after", Json, nullable=False),
+    Column("achieved", Json, nullable=True),  # figures measured when the plan finished
+    Column("generations", Json, nullable=False),
+    Column("auto_confirm", Boolean, nullable=False, server_default="0"),
+    Column("owner", String(64), nullable=True),  # the replica driving it, until lease_until
+    Column("lease_until", Double, nullable=True),
+    Column("reason", Text, nullable=True),
+    Column("created_by", String(NAME), nullable=False),
+    Column("created_at", Double, nullable=False),
+    Column("updated_at", Double, nullable=False),
+    Index("ix_defrag_plans_state", "state"),
+)
+
+defrag_steps = Table(
+    "defrag_steps",
+    metadata,
+    Column(
+        "plan_id", String(64), ForeignKey("defrag_plans.id", ondelete="CASCADE"), nullable=False
+    ),
+    Column("step", Integer, nullable=False),
+    Column("wave", Integer, nullable=False),
+    Column("instance_id", String(NAME), nullable=False),
+    Column("flavor", String(NAME), nullable=False),
+    Column("source", String(NAME), nullable=False),
+    Column("target", String(NAME), nullable=False),
+    Column("planned_target", String(NAME), nullable=False),
+    Column("footprint", Json, nullable=False),  # exact use on `target`, by resource name
+    Column("state", String(16), nullable=False),
+    Column("reason", Text, nullable=True),
+    Column("replans", Integer, nullable=False, server_default="0"),
+    Column("updated_at", Double, nullable=False),
+    PrimaryKeyConstraint("plan_id", "step"),
 )
