@@ -1,0 +1,126 @@
+"""The planner's objective, host by host, and the before/after figures of a plan.
+
+CAPACITY: sum over the target flavors of weight x the number of instances the scheduler would
+still place on the host (`FilterScheduler.capacity` semantics: NUMA-exact count, zero on hosts a
+request-independent filter rejects, capped by the instances-per-host limit). EMPTY_HOSTS: 1 for
+an empty host. Hosts being drained are worth nothing (they are leaving). Both are sums of
+per-host values, so a move changes the objective only on its source and target.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from berth.core import numa
+from berth.core.defrag.model import Figures, Objective, Target
+from berth.core.engine import FilterScheduler
+from berth.core.errors import SpecError
+from berth.core.filters.base import Context
+from berth.core.filters.num_instances import NumInstancesFilter
+from berth.core.filters.numa_topology import NumaTopologyFilter
+from berth.core.fragmentation import eligible_hosts, fragmentation_rate
+from berth.core.request import RequestSpec
+from berth.core.table import HostTable
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+Mask = npt.NDArray[np.bool_]
+
+
+def check_target(table: HostTable, target: Target) -> None:
+    """Errors naming the field for flavors or hosts the fleet does not have."""
+    for i, name in enumerate(target.flavors):
+        if name not in table.flavors:
+            raise SpecError(f"target.flavors[{i}]: unknown flavor {name!r}")
+    for i, name in enumerate(target.drain):
+        if name not in table.index:
+            raise SpecError(f"target.drain[{i}]: unknown host {name!r}")
+
+
+def drain_mask(table: HostTable, drain: tuple[str, ...] | frozenset[str]) -> Mask:
+    out = np.zeros(len(table), dtype=bool)
+    out[[table.index[h] for h in drain]] = True
+    return out
+
+
+def capacity_eligible(
+    scheduler: FilterScheduler, table: HostTable, flavor: str, now: float
+) -> Mask:
+    """Hosts where `scheduler.capacity` may count `flavor` at all (request-independent filters).
+
+    The same mask as the scheduler's capacity uses; these filters do not depend on claims.
+    """
+    ctx = Context(table, RequestSpec(flavor=flavor), table.demand(flavor), now)
+    mask = np.ones(len(table), dtype=bool)
+    for flt in scheduler.filters:
+        if flt.static:
+            mask &= flt.mask(ctx)
+    if any(isinstance(f, NumaTopologyFilter) for f in scheduler.filters):
+        mask &= table.page_size_ok(ctx.demand.spec)
+    return mask
+
+
+def instance_limit(scheduler: FilterScheduler) -> int | None:
+    limits = [f.limit() for f in scheduler.filters if isinstance(f, NumInstancesFilter)]
+    return min(limits) if limits else None
+
+
+class HostValue:
+    """The objective's value of hosts, for the table's rows or for hypothetical free columns."""
+
+    def __init__(
+        self, table: HostTable, target: Target, scheduler: FilterScheduler, now: float
+    ) -> None:
+        self.objective = target.objective
+        self.flavors = list(target.flavors) if target.objective is Objective.CAPACITY else []
+        weights = target.weights or tuple(1.0 for _ in target.flavors)
+        self.weights = list(weights) if self.flavors else []
+        self.drain = drain_mask(table, target.drain)
+        self.eligible = [
+            capacity_eligible(scheduler, table, f, now) & ~self.drain for f in self.flavors
+        ]
+        self.limit = instance_limit(scheduler)
+        self.demands = [table.demand(f) for f in self.flavors]
+
+    def of(self, rows: I64, cell_free: I64, host_free: I64, n_instances: I64) -> F64:
+        """Values of `rows` if they had these free columns and instance counts."""
+        if self.objective is Objective.EMPTY_HOSTS:
+            return ((n_instances == 0) & ~self.drain[rows]).astype(np.float64)
+        out = np.zeros(rows.size, dtype=np.float64)
+        for d, weight, eligible in zip(self.demands, self.weights, self.eligible, strict=True):
+            counts = numa.count(d, cell_free, host_free)
+            if self.limit is not None:
+                counts = np.minimum(counts, self.limit - n_instances)
+            out += weight * np.where(eligible[rows], np.maximum(counts, 0), 0)
+        return out
+
+    def rows(self, table: HostTable, rows: I64) -> F64:
+        """Current values of some rows."""
+        cell_free, host_free = table.free_rows(rows)
+        return self.of(rows, cell_free, host_free, table.n_instances[rows].astype(np.int64))
+
+    def total(self, table: HostTable) -> float:
+        return float(self.rows(table, np.arange(len(table))).sum())
+
+
+def measure(table: HostTable, target: Target, *, scheduler: FilterScheduler, now: float) -> Figures:
+    """Capacity and fragmentation of each target flavor, empty hosts, instances left to drain.
+
+    Capacity is the sum of `scheduler.capacity`; fragmentation is `core.fragmentation`'s rate.
+    Both leave out the hosts being drained (they are leaving the fleet).
+    """
+    check_target(table, target)
+    drain = drain_mask(table, target.drain)
+    capacity: dict[str, int] = {}
+    fragmentation: dict[str, float] = {}
+    for flavor in target.flavors:
+        counts = scheduler.capacity(table, flavor, now)
+        capacity[flavor] = int(counts[~drain].sum())
+        eligible = eligible_hosts(table, flavor, now) & ~drain
+        fragmentation[flavor] = fragmentation_rate(table, flavor, eligible)
+    empty = int(((table.n_instances == 0) & ~drain).sum())
+    left = int(table.n_instances[drain].sum())
+    return Figures(
+        capacity=capacity, fragmentation=fragmentation, empty_hosts=empty, drained_left=left
+    )

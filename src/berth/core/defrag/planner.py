@@ -1,0 +1,464 @@
+"""The defragmentation heuristic: drain first, then evacuate the hosts whose instances block the
+most objective per migration, each instance to the target that loses the least (docs/defrag.md).
+
+It works on a copy of the table with exact claims (`Journal`), so every state it reasons about
+is a real one; a host's moves are kept only when the objective improves, and undone exactly
+otherwise. The sequential moves are then packed into waves of concurrent moves, each wave
+checked with its sources still held. Hot loops are columnar: a target is chosen from per-host
+arrays (loss of objective, remaining slots) kept exact by the table's derived caches.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from berth.core import numa
+from berth.core.defrag.execute import apply_moves, check_plan
+from berth.core.defrag.journal import Journal
+from berth.core.defrag.model import Budget, Move, Objective, Plan, Target
+from berth.core.defrag.objective import (
+    HostValue,
+    check_target,
+    drain_mask,
+    measure,
+)
+from berth.core.defrag.rules import PlanError, TargetRules, anti_affinity_ok, immovable
+from berth.core.engine import FilterScheduler
+from berth.core.errors import ClaimError
+from berth.core.table import Allocation, HostTable
+
+__all__ = ["PlanError", "apply_moves", "check_plan", "measure", "plan_defrag", "replan_move"]
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+Mask = npt.NDArray[np.bool_]
+
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One sequential move as planned: the instance as it was, where it goes, exactly."""
+
+    alloc: Allocation
+    target: str
+    cell_use: I64
+    host_use: I64
+
+
+def _size(table: HostTable, alloc: Allocation) -> tuple[int, int]:
+    spec = table.flavors[alloc.flavor]
+    return (spec.vcpus, spec.memory_mb)
+
+
+class _Planner:
+    def __init__(
+        self,
+        table: HostTable,
+        target: Target,
+        budget: Budget,
+        scheduler: FilterScheduler,
+        now: float,
+        seed: int,
+    ) -> None:
+        self.work = table.copy()
+        self.target = target
+        self.budget = budget
+        self.value = HostValue(self.work, target, scheduler, now)
+        self.drain = self.value.drain
+        self.rules = TargetRules(scheduler, now, self.drain)
+        self.journal = Journal(self.work)
+        n = len(table)
+        self.tie = np.random.default_rng(seed).permutation(n)
+        self.touches = np.zeros(n, dtype=np.int64)
+        self.is_source = np.zeros(n, dtype=bool)
+        self.is_target = np.zeros(n, dtype=bool)
+        self.steps: list[_Step] = []
+        self.per_host = budget.max_per_host if budget.max_per_host is not None else 1 << 40
+        self.movable: dict[int, list[str]] = {}
+        self.pinned = np.zeros(n, dtype=bool)
+        """Hosts holding an instance that may not move."""
+        for alloc in self.work.allocations.values():
+            row = self.work.index[alloc.host]
+            if immovable(self.work, alloc) is None:
+                self.movable.setdefault(row, []).append(alloc.instance_id)
+            else:
+                self.pinned[row] = True
+
+    # ------------------------------------------------------------------ per-host arrays
+    def loss(self, flavor: str) -> F64:
+        """Per host: objective lost by placing one more `flavor` there (exact, cached)."""
+        work, value = self.work, self.value
+        d = work.demand(flavor)
+
+        def compute(rows: I64 | None) -> F64:
+            rr = np.arange(len(work)) if rows is None else rows
+            cell_free, host_free = work.free_rows(rows)
+            cell_use, host_use = numa.place(d, cell_free, host_free)
+            n_inst = work.n_instances[rr].astype(np.int64)
+            before = value.of(rr, cell_free, host_free, n_inst)
+            after = value.of(rr, cell_free - cell_use, host_free - host_use, n_inst + 1)
+            return before - after
+
+        return work.derived(("berth.defrag.loss", flavor), compute)
+
+    def current(self) -> F64:
+        work, value = self.work, self.value
+
+        def compute(rows: I64 | None) -> F64:
+            rr = np.arange(len(work)) if rows is None else rows
+            return value.rows(work, rr)
+
+        return work.derived(("berth.defrag.value",), compute)
+
+    def left(self) -> int:
+        return self.budget.max_migrations - len(self.steps)
+
+    # ------------------------------------------------------------------ moves
+    def best_target(self, alloc: Allocation) -> int | None:
+        """The allowed host losing the least objective; then the tightest fit; then the seed."""
+        work = self.work
+        mask = self.rules.mask(work, alloc) & ~self.is_source & (self.touches < self.per_host)
+        rows = np.flatnonzero(mask)
+        if rows.size == 0:
+            return None
+        loss = self.loss(alloc.flavor)[rows]
+        fit = work.resource_counts(alloc.flavor)[rows]
+        best = np.lexsort((self.tie[rows], fit, np.round(loss, 9)))[0]
+        return int(rows[best])
+
+    def move(self, alloc: Allocation, row: int) -> None:
+        work = self.work
+        name = work.names[row]
+        cell_use, host_use = work.plan_for(alloc.flavor, row)
+        self.journal.migrate(alloc, name, cell_use, host_use)
+        self.steps.append(_Step(alloc, name, cell_use, host_use))
+        src = work.index[alloc.host]
+        self.touches[src] += 1
+        self.touches[row] += 1
+        self.is_source[src] = True
+        self.is_target[row] = True
+
+    def try_moves(self, row: int, ids: Sequence[str], need_all: bool) -> float | None:
+        """Move these instances off `row`; keep them if the objective rises, else undo all.
+
+        Returns the objective gained, or None when undone.
+        """
+        work = self.work
+        mark = self.journal.mark()
+        n_steps = len(self.steps)
+        saved = (self.touches.copy(), self.is_source.copy(), self.is_target.copy())
+        before: dict[int, float] = {row: float(self.current()[row])}
+        self.is_source[row] = True
+        order = sorted(ids, key=lambda i: _size(work, work.allocations[i]), reverse=True)
+        complete = True
+        for iid in order:
+            if self.left() <= 0 or self.touches[row] >= self.per_host:
+                complete = False
+                break
+            alloc = work.allocations[iid]
+            dest = self.best_target(alloc)
+            if dest is None:
+                complete = False
+                break
+            before.setdefault(dest, float(self.current()[dest]))
+            self.move(alloc, dest)
+        gain = -sum(before.values())
+        if complete or not need_all:
+            rows = np.fromiter(before, dtype=np.int64)
+            gain += float(self.current()[rows].sum())
+        if (complete or not need_all) and gain > _EPS and len(self.steps) > n_steps:
+            moved = {s.alloc.instance_id for s in self.steps[n_steps:]}
+            self.movable[row] = [i for i in self.movable.get(row, []) if i not in moved]
+            return gain
+        self.journal.rollback(mark)
+        del self.steps[n_steps:]
+        self.touches, self.is_source, self.is_target = saved
+        return None
+
+    # ------------------------------------------------------------------ phases
+    def drain_hosts(self) -> None:
+        """Move every movable instance off the hosts being drained, largest first."""
+        work = self.work
+        for host in self.target.drain:
+            row = work.index[host]
+            ids = sorted(
+                self.movable.get(row, []),
+                key=lambda i: _size(work, work.allocations[i]),
+                reverse=True,
+            )
+            self.is_source[row] = True
+            for iid in ids:
+                if self.left() <= 0 or self.touches[row] >= self.per_host:
+                    return
+                alloc = work.allocations[iid]
+                dest = self.best_target(alloc)
+                if dest is not None:
+                    self.move(alloc, dest)
+            self.movable.pop(row, None)
+
+    def candidates(self) -> Mask:
+        n = len(self.work)
+        has = np.zeros(n, dtype=bool)
+        has[list(self.movable)] = True
+        return has & ~self.drain & ~self.is_source & ~self.is_target
+
+    def empty_hosts(self) -> None:
+        """Evacuate whole hosts, fewest instances first (then least used), while it pays."""
+        work = self.work
+        rows = np.flatnonzero(self.candidates() & ~self.pinned)
+        used = numa_load(work)[rows]
+        order = np.lexsort((self.tie[rows], used, work.n_instances[rows]))
+        for row in rows[order]:
+            if self.left() <= 0:
+                break
+            ids = self.movable.get(int(row), [])
+            if not ids or len(ids) > self.left():
+                continue
+            self.try_moves(int(row), ids, need_all=True)
+
+    def capacity(self) -> None:
+        """Lazy greedy over hosts by objective gained per migration, the least loaded first
+        among equals (an estimate is refreshed when its host comes up; stale ones go back)."""
+        work = self.work
+        rows = np.flatnonzero(self.candidates())
+        if rows.size == 0:
+            return
+        estimate = self.estimates(rows)
+        load = numa_load(work)
+        heap = [
+            (-float(estimate[i]), float(load[r]), int(self.tie[r]), int(r))
+            for i, r in enumerate(rows)
+            if estimate[i] > _EPS
+        ]
+        heapq.heapify(heap)
+        while heap and self.left() > 0:
+            _, used, tie, row = heapq.heappop(heap)
+            if self.is_source[row] or self.is_target[row]:
+                continue
+            limit = min(self.left(), int(self.per_host - self.touches[row]))
+            ids, gain = self.best_subset(row, limit)
+            if not ids:
+                continue
+            ratio = gain / len(ids)
+            if heap and ratio < -heap[0][0] - _EPS:
+                heapq.heappush(heap, (-ratio, used, tie, row))
+                continue
+            self.try_moves(row, ids, need_all=False)
+
+    def estimates(self, rows: I64) -> F64:
+        """Per candidate host: gain per migration of emptying it of its movable instances, or
+        of moving its single best instance, whichever is more (a cheap ordering key)."""
+        work, value = self.work, self.value
+        ids = [i for r in rows for i in self.movable[int(r)]]
+        allocs = [work.allocations[i] for i in ids]
+        owner = np.array([work.index[a.host] for a in allocs], dtype=np.int64)
+        cell_use = np.stack([a.cell_use for a in allocs])
+        host_use = np.stack([a.host_use for a in allocs])
+        now = self.current()
+        cell_free, host_free = work.free_rows(owner)
+        n_inst = work.n_instances[owner].astype(np.int64)
+        single = value.of(owner, cell_free + cell_use, host_free + host_use, n_inst - 1)
+        single -= now[owner]
+        n = len(work)
+        best_single = np.full(n, -np.inf)
+        np.maximum.at(best_single, owner, single)
+        cell_sum = np.zeros((n, *cell_use.shape[1:]), dtype=np.int64)
+        host_sum = np.zeros((n, host_use.shape[1]), dtype=np.int64)
+        np.add.at(cell_sum, owner, cell_use)
+        np.add.at(host_sum, owner, host_use)
+        k = np.bincount(owner, minlength=n)
+        cf, hf = work.free_rows(rows)
+        full = value.of(
+            rows,
+            cf + cell_sum[rows],
+            hf + host_sum[rows],
+            work.n_instances[rows].astype(np.int64) - k[rows],
+        )
+        full = (full - now[rows]) / np.maximum(k[rows], 1)
+        return np.maximum(full, best_single[rows])
+
+    def best_subset(self, row: int, limit: int) -> tuple[list[str], float]:
+        """Greedy: remove, one at a time, the instance whose removal helps most (larger first on
+        ties); return the prefix with the best objective gain per migration."""
+        work, value = self.work, self.value
+        ids = sorted(
+            self.movable.get(row, []),
+            key=lambda i: _size(work, work.allocations[i]),
+            reverse=True,
+        )
+        if not ids or limit <= 0:
+            return [], 0.0
+        cell_use = np.stack([work.allocations[i].cell_use for i in ids])
+        host_use = np.stack([work.allocations[i].host_use for i in ids])
+        cell_free = work.cell_free[row].copy()
+        host_free = work.host_free[row].copy()
+        n_inst = int(work.n_instances[row])
+        v0 = float(self.current()[row])
+        remaining = list(range(len(ids)))
+        chosen: list[int] = []
+        best_ratio, best_j, best_gain = 0.0, 0, 0.0
+        for j in range(1, min(len(ids), limit) + 1):
+            cand = np.array(remaining, dtype=np.int64)
+            vals = value.of(
+                np.full(cand.size, row, dtype=np.int64),
+                cell_free[None] + cell_use[cand],
+                host_free[None] + host_use[cand],
+                np.full(cand.size, n_inst - j, dtype=np.int64),
+            )
+            pick = int(np.argmax(vals))
+            chosen.append(int(cand[pick]))
+            remaining.remove(int(cand[pick]))
+            cell_free += cell_use[cand[pick]]
+            host_free += host_use[cand[pick]]
+            gain = float(vals[pick]) - v0
+            if gain > _EPS and gain / j > best_ratio + _EPS:
+                best_ratio, best_j, best_gain = gain / j, j, gain
+        return [ids[c] for c in chosen[:best_j]], best_gain
+
+
+def numa_load(table: HostTable) -> F64:
+    """Share of a host's capacity in use, averaged over its non-empty resource columns."""
+    cap = np.concatenate([table.cell_cap.reshape(len(table), -1), table.host_cap], axis=1).astype(
+        np.float64
+    )
+    free = np.concatenate([table.cell_free.reshape(len(table), -1), table.host_free], axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(cap > 0, 1.0 - free / np.maximum(cap, 1.0), np.nan)
+    counted = np.maximum((cap > 0).sum(axis=1), 1)
+    return np.nansum(share, axis=1) / counted
+
+
+def _waves(
+    table: HostTable, steps: Sequence[_Step], budget: Budget, rules: TargetRules
+) -> list[Move]:
+    """Pack the sequential moves into waves of up to `max_concurrent`, in order.
+
+    A move joins the open wave when its target takes it with every claim of the wave made and
+    every source of the wave still held (resources, anti-affinity and the scheduler's filters);
+    otherwise the wave closes. The first move of a wave sees exactly the sequential state it was
+    planned on, so it always fits.
+    """
+    scratch = table.copy()
+    journal = Journal(scratch)
+    out: list[Move] = []
+    wave: list[str] = []
+    number = 0
+
+    def close() -> None:
+        for iid in wave:
+            journal.release_source(iid)
+        for iid in wave:
+            journal.finish(iid)
+        wave.clear()
+
+    for step_no, step in enumerate(steps):
+        alloc = scratch.allocations[step.alloc.instance_id]
+        row = scratch.index[step.target]
+        joins = bool(wave) and len(wave) < budget.max_concurrent
+        if joins:
+            joins = (
+                alloc.instance_id not in wave
+                and bool((step.cell_use <= scratch.cell_free[row]).all())
+                and bool((step.host_use <= scratch.host_free[row]).all())
+                and anti_affinity_ok(scratch, alloc, row)
+                and bool(rules.mask(scratch, alloc)[row])
+            )
+        if wave and not joins:
+            close()
+            number += 1
+        try:
+            journal.claim_target(alloc, step.target, step.cell_use, step.host_use)
+        except ClaimError as exc:  # cannot happen: the sequential state is the planned one
+            raise PlanError(step_no, f"internal: planned move no longer fits: {exc}") from None
+        wave.append(alloc.instance_id)
+        out.append(
+            Move(
+                step=step_no,
+                wave=number,
+                instance_id=alloc.instance_id,
+                flavor=alloc.flavor,
+                source=alloc.host,
+                target=step.target,
+                cell_use=tuple(tuple(int(x) for x in c) for c in step.cell_use),
+                host_use=tuple(int(x) for x in step.host_use),
+            )
+        )
+    close()
+    return out
+
+
+def plan_defrag(
+    table: HostTable,
+    target: Target,
+    budget: Budget,
+    *,
+    scheduler: FilterScheduler,
+    now: float,
+    seed: int = 0,
+) -> Plan:
+    """Plan live migrations towards `target` within `budget`; the table is not changed.
+
+    Hosts in `target.drain` are emptied first (as far as the budget and the fleet allow), then
+    the objective is improved host by host. Deterministic for a given seed.
+    """
+    check_target(table, target)
+    planner = _Planner(table, target, budget, scheduler, now, seed)
+    planner.drain_hosts()
+    if target.objective is Objective.EMPTY_HOSTS:
+        planner.empty_hosts()
+    elif target.flavors:
+        planner.capacity()
+    moves = _waves(table, planner.steps, budget, planner.rules)
+    touched = sorted({h for m in moves for h in (m.source, m.target)})
+    return Plan(
+        target=target,
+        budget=budget,
+        moves=tuple(moves),
+        before=measure(table, target, scheduler=scheduler, now=now),
+        after=measure(planner.work, target, scheduler=scheduler, now=now),
+        generations={h: int(table.generation[table.index[h]]) for h in touched},
+    )
+
+
+def replan_move(
+    table: HostTable,
+    move: Move,
+    *,
+    scheduler: FilterScheduler,
+    now: float,
+    exclude: frozenset[str] = frozenset(),
+    drain: frozenset[str] = frozenset(),
+) -> Move | None:
+    """A new target for `move`'s instance on the table as it is now, or None when none fits.
+
+    Same rules as planning (the scheduler's filters, same zone, enabled, not draining, not in
+    `exclude`, not the source); among the allowed hosts the tightest fit (fewest further slots of
+    the flavor) wins, then the lowest row. None as well when the instance is no longer on the
+    move's source or may not move.
+    """
+    alloc = table.allocations.get(move.instance_id)
+    if alloc is None or alloc.host != move.source or immovable(table, alloc) is not None:
+        return None
+    blocked = drain_mask(table, frozenset(h for h in exclude | drain if h in table.index))
+    rows = np.flatnonzero(TargetRules(scheduler, now, blocked).mask(table, alloc))
+    if rows.size == 0:
+        return None
+    fit = table.resource_counts(alloc.flavor)[rows]
+    row = int(rows[int(np.argmin(fit))])
+    cell_use, host_use = table.plan_for(alloc.flavor, row)
+    return Move(
+        step=move.step,
+        wave=move.wave,
+        instance_id=alloc.instance_id,
+        flavor=alloc.flavor,
+        source=alloc.host,
+        target=table.names[row],
+        cell_use=tuple(tuple(int(x) for x in c) for c in cell_use),
+        host_use=tuple(int(x) for x in host_use),
+    )

@@ -1,0 +1,157 @@
+"""What a live migration may do: which instances move, which hosts may take them, which
+footprints are legal. Shared by the planner, `check_plan`, `apply_moves` and `replan_move`.
+
+A migration is a placement of the same instance (flavor, server group, project) that keeps its
+availability zone, so host eligibility is the scheduler's own filter masks on the table as it is
+at that moment (with the instance still on its source and every in-flight move counted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+import numpy as np
+import numpy.typing as npt
+
+from berth.core.engine import FilterScheduler
+from berth.core.errors import BerthError
+from berth.core.filters.base import Context
+from berth.core.flavors import NumaMode
+from berth.core.model import GroupPolicy
+from berth.core.request import RequestSpec
+from berth.core.resources import CELL_BASE
+from berth.core.table import Allocation, HostTable
+
+I64 = npt.NDArray[np.int64]
+Mask = npt.NDArray[np.bool_]
+
+
+class PlanError(BerthError):
+    """A plan step is invalid on the fleet; `step` is the failing move's position."""
+
+    def __init__(self, step: int, message: str) -> None:
+        super().__init__(f"step {step}: {message}")
+        self.step = step
+        self.message = message
+
+
+def immovable(table: HostTable, alloc: Allocation) -> str | None:
+    """Why this instance may never be migrated, or None when it may.
+
+    Members of hard affinity groups stay: moving one alone would split the group, and the
+    planner does not move whole groups (docs/defrag.md).
+    """
+    if not alloc.migratable:
+        return f"instance {alloc.instance_id!r} is marked not migratable"
+    if alloc.server_group is not None:
+        group = table.groups.get(alloc.server_group)
+        if group is not None and group.policy == GroupPolicy.AFFINITY:
+            return (
+                f"instance {alloc.instance_id!r} is a member of affinity group "
+                f"{alloc.server_group!r}"
+            )
+    return None
+
+
+def anti_affinity_ok(table: HostTable, alloc: Allocation, row: int) -> bool:
+    """The target row may take one more member of the instance's anti-affinity group."""
+    if alloc.server_group is None:
+        return True
+    group = table.groups.get(alloc.server_group)
+    if group is None or group.policy != GroupPolicy.ANTI_AFFINITY:
+        return True
+    held = table.group_rows.get(group.id, {}).get(row, 0)
+    return held < group.max_server_per_host
+
+
+def footprint_error(table: HostTable, flavor: str, cell_use: I64, host_use: I64) -> str | None:
+    """Why a stated footprint is not one instance of `flavor` (None when it is).
+
+    It must take exactly the flavor's host columns and its total per cell column, on the cells
+    its NUMA mode allows (one cell, an even split, the stated uneven split either way round, or a
+    flexible split above the per-cell minimums).
+    """
+    d = table.demand(flavor)
+    width = CELL_BASE + len(table.device_types)
+    if cell_use.shape != (2, width) or host_use.shape != d.host.shape:
+        return "footprint has the wrong shape for this fleet"
+    if (cell_use < 0).any() or (host_use < 0).any():
+        return "footprint has a negative amount"
+    if not np.array_equal(host_use, d.host):
+        return f"host-level footprint {host_use.tolist()} is not flavor {flavor!r}'s"
+    total = d.total.copy()
+    total[CELL_BASE:] += d.pci
+    if d.mode == NumaMode.NONE:
+        total[:CELL_BASE] = 0  # a floating guest takes only host columns (and PCI devices)
+    if not np.array_equal(cell_use.sum(axis=0), total):
+        return f"per-cell footprint does not add up to flavor {flavor!r}"
+    core = cell_use[:, :CELL_BASE]
+    mode = d.mode
+    if mode == NumaMode.NONE:
+        ok = not core.any()
+    elif mode == NumaMode.SINGLE:
+        ok = any(np.array_equal(core[c], d.cells[0, :CELL_BASE]) for c in (0, 1))
+    elif mode in (NumaMode.EVEN, NumaMode.FIXED):
+        a, b = d.cells[0, :CELL_BASE], d.cells[1, :CELL_BASE]
+        ok = (np.array_equal(core[0], a) and np.array_equal(core[1], b)) or (
+            np.array_equal(core[0], b) and np.array_equal(core[1], a)
+        )
+    else:  # FLEX
+        ok = bool((core >= d.cells[0, :CELL_BASE]).all())
+    if not ok:
+        return f"per-cell footprint is not a legal NUMA split of flavor {flavor!r}"
+    if mode == NumaMode.SINGLE and d.cells[0, CELL_BASE:].any():
+        own = 0 if core[0].any() else 1
+        if not np.array_equal(cell_use[own, CELL_BASE:], d.cells[0, CELL_BASE:] + d.pci):
+            return f"flavor {flavor!r} needs its PCI devices on its own NUMA cell"
+    return None
+
+
+class TargetRules:
+    """Hosts that may take a migrating instance now: the scheduler's filters plus the
+    migration's own rules (same zone, enabled, not draining, not excluded, not the source).
+
+    Request-independent filter masks are cached per request shape for the lifetime of this
+    object; the table's `derived` caches keep the resource counts exact incrementally.
+    """
+
+    def __init__(self, scheduler: FilterScheduler, now: float, blocked: Mask) -> None:
+        self.scheduler = scheduler
+        self.now = now
+        self.blocked = blocked
+        self._static: dict[Hashable, Mask] = {}
+
+    def request(self, table: HostTable, alloc: Allocation) -> RequestSpec:
+        zone = table.zones.words[int(table.zone[table.index[alloc.host]])]
+        return RequestSpec(
+            flavor=alloc.flavor,
+            availability_zone=zone,
+            server_group=alloc.server_group,
+            project=alloc.project,
+            instance_ids=(alloc.instance_id + "~migrating",),
+        )
+
+    def mask(self, table: HostTable, alloc: Allocation) -> Mask:
+        """Every host that may take `alloc` now (the source excluded)."""
+        request = self.request(table, alloc)
+        ctx = Context(table, request, table.demand(alloc.flavor), self.now)
+        key = (alloc.flavor, alloc.server_group, alloc.project, request.availability_zone)
+        static = self._static.get(key)
+        if static is None:
+            static = ~self.blocked & table.enabled
+            static &= table.zone == table.zone[table.index[alloc.host]]
+            static &= table.page_size_ok(ctx.demand.spec)
+            for flt in self.scheduler.filters:
+                if flt.static:
+                    static &= flt.mask(ctx)
+            self._static[key] = static
+        out = static & (table.resource_counts(alloc.flavor) >= 1)
+        for flt in self.scheduler.filters:
+            if not flt.static:
+                out &= flt.mask(ctx)
+        if alloc.server_group is not None:
+            group = table.groups.get(alloc.server_group)
+            if group is not None and group.policy == GroupPolicy.ANTI_AFFINITY:
+                out &= table.group_count(group.id) < group.max_server_per_host
+        out[table.index[alloc.host]] = False
+        return out
