@@ -22,7 +22,7 @@ from berth.core.filters.num_instances import NumInstancesFilter
 from berth.core.filters.numa_topology import NumaTopologyFilter, page_size_ok
 from berth.core.registry import filter_class, weigher_class
 from berth.core.request import RequestSpec
-from berth.core.table import HostTable
+from berth.core.table import Allocation, HostTable
 from berth.core.weighers.base import HostWeigher, normalise
 
 I64 = npt.NDArray[np.int64]
@@ -165,6 +165,74 @@ class FilterScheduler:
                 table.unclaim(iid, generation)
         return Decision(request, tuple(selections), generations)
 
+    def place_one(
+        self,
+        table: HostTable,
+        request: RequestSpec,
+        now: float,
+        *,
+        instance_id: str,
+        seed: int,
+    ) -> Allocation:
+        """Decide and claim one instance in one go, for a caller that owns the table.
+
+        The same host and footprint as ``commit(table, select_destinations(...))`` for a
+        single-instance `request` with this id and seed, without building the decision, its
+        alternates or the generation precondition (nothing can change the table in between).
+        `request` is a template: its own ids and seed are ignored, so callers need not copy it
+        per instance. Raises `NoValidHost` (the same diagnosis) when nothing fits.
+        """
+        if request.num_instances != 1:
+            raise SpecError("num_instances: place_one places exactly one instance")
+        demand = table.demand(request.flavor)
+        group = request.server_group
+        if group is not None and group not in table.groups:
+            raise SpecError(f"server_group: unknown server group {group!r}")
+        if instance_id in table.allocations:
+            raise SpecError(f"instance_ids: {instance_id!r} already exists")
+        ctx = Context(table, request, demand, now)
+        mask: Mask | None = None
+        for flt in self.filters:  # static and dynamic alike: one instance, one pass
+            m = flt.mask(ctx)
+            if m is table.everyone():
+                continue  # the shared all-True mask of a filter that does not apply
+            mask = m.copy() if mask is None else np.logical_and(mask, m, out=mask)
+        rows = np.flatnonzero(mask) if mask is not None else np.arange(len(table))
+        if rows.size == 0:
+            raise NoValidHost(diagnose(ctx, self.filters, instance=1))
+        chosen = self._pick(ctx, rows, seed, 0)
+        cell_use, host_use = table.plan_for(request.flavor, chosen)
+        return table.claim(
+            instance_id,
+            table.names[chosen],
+            request.flavor,
+            cell_use,
+            host_use,
+            server_group=group,
+            project=request.project,
+        )
+
+    def _pick(self, ctx: Context, rows: I64, seed: int, step: int) -> int:
+        """`_choose(...)[0]` without the alternates: the argmax and its ties, no sort.
+
+        When several hosts tie within the top `want` slice but fewer than `want` do, the pool's
+        order comes from `argpartition`, so that case (and subset sizes > 1, and tiny candidate
+        sets) goes through `_choose` itself: the pick is always the same.
+        """
+        want = min(rows.size, max(self.max_attempts, self.host_subset_size))
+        if self.host_subset_size > 1 or want >= rows.size:
+            return self._choose(ctx, rows, seed, step)[0]
+        if not self.weighers:  # every score is 0: all hosts tie
+            return int(rows[_mix(seed, step, rows.size) % rows.size])
+        scores = self._scores(ctx, rows)
+        best = scores.max()
+        pool = np.flatnonzero(scores >= best - _TIE)
+        if pool.size >= want:  # `_choose` draws from all tied hosts, in row order
+            return int(rows[pool[_mix(seed, step, pool.size) % pool.size]])
+        if pool.size == 1:
+            return int(rows[pool[0]])
+        return self._choose(ctx, rows, seed, step)[0]
+
     def _scores(self, ctx: Context, rows: I64) -> F64:
         scores = np.zeros(rows.size, dtype=np.float64)
         for weigher, weight in self.weighers:
@@ -227,6 +295,9 @@ class ChanceScheduler(FilterScheduler):
             int(rows[(pick + k) % rows.size]) for k in range(1, min(self.max_attempts, rows.size))
         ]
         return int(rows[pick]), rest
+
+    def _pick(self, ctx: Context, rows: I64, seed: int, step: int) -> int:
+        return int(rows[_mix(seed, step, rows.size) % rows.size])
 
 
 def commit(table: HostTable, decision: Decision) -> None:

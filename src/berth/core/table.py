@@ -383,6 +383,12 @@ class HostTable:
     def plan_for(self, flavor: str, row: int) -> tuple[I64, I64]:
         """Berth's claim rule on one host: (cell_use, host_use) of one more instance."""
         d = self.demand(flavor)
+        if not d.pci.any():
+            # the guest's cells do not depend on the host's state: what `place` would return
+            if d.mode == NumaMode.NONE:
+                return np.zeros((CELLS, self.width), dtype=np.int64), d.host.copy()
+            if d.mode == NumaMode.EVEN:
+                return d.cells.copy(), d.host.copy()
         cell_use, host_use = place(d, self.cell_free[row : row + 1], self.host_free[row : row + 1])
         return cell_use[0], host_use[0]
 
