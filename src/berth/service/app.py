@@ -33,6 +33,8 @@ from berth.policy.catalogue import PolicyError
 from berth.policy.pipeline import ScheduleRequest
 from berth.service import schemas as s
 from berth.service.auth import Authenticator, Principal, require
+from berth.service.defrag import DefragService, DefragThread
+from berth.service.defrag import router as defrag_router
 from berth.service.errors import ERROR_RESPONSES, ApiError, ErrorBody, not_found
 from berth.service.metrics import Metrics
 from berth.service.policy import PolicyFailureError, Scheduled
@@ -272,13 +274,17 @@ def create_app(
     metrics = Metrics(replica)
     auth = Authenticator(store, config.token_cache_ttl)
     sync = SyncThread(replica, simulate_heartbeats=simulate_heartbeats)
+    defrag = DefragService(replica, metrics.registry)
+    defrag_driver = DefragThread(defrag, config.poll_interval * 2)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         if background:
             sync.start()
+            defrag_driver.start()
         yield
         if background:
+            defrag_driver.close()
             sync.close()
 
     app = FastAPI(
@@ -294,6 +300,8 @@ def create_app(
     app.state.metrics = metrics
     app.state.sync = sync
     app.state.auth = auth
+    app.state.defrag = defrag
+    app.include_router(defrag_router)
 
     # ------------------------------------------------------------------ errors
     @app.exception_handler(ApiError)

@@ -1,0 +1,658 @@
+"""Defragmentation plans in the service: plan on the replica's table, store, carry out, report.
+
+`DefragService` plans with the core planner (`berth.core.defrag.plan_defrag`) on a copy of the
+cluster's table, stores the plan (`berth.store.defrag`), and drives running plans step by step:
+waves in order, at most `budget.max_concurrent` steps in flight, each step a claim on the target
+(`start_step`) and, once the cloud's adapter reports the live migration finished, a confirm
+(`POST .../steps/{n}/confirm`) or an abort. With `auto_confirm` the service confirms each step it
+started itself (clusters without an adapter, `berth serve --simulate-agents`). A step whose target
+no longer fits is re-planned on the replica's current table (`replan_move`), or skipped when
+nothing fits -- never forced.
+
+Execution state lives in the database, so any replica resumes a running plan; a lease on the
+plan row (owner, expiry) keeps two replicas from driving the same plan at once, and every step
+transition is a compare-and-set on the step's state besides.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import threading
+import time
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from fastapi import APIRouter, Depends, Header, Request
+from prometheus_client import CollectorRegistry, Counter
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from berth.core.defrag import Budget, Move, Plan, Target, measure, plan_defrag, replan_move
+from berth.core.engine import FilterScheduler
+from berth.service.auth import Authenticator, Principal, require
+from berth.service.errors import ApiError
+from berth.service.schemas import Ident, Text
+from berth.service.state import Replica
+from berth.store.defrag import (
+    FINAL_STEPS,
+    OPEN_STEPS,
+    DefragStore,
+    NewStep,
+    PlanRow,
+    PlanStateError,
+    StepRow,
+    StepSkippedError,
+)
+from berth.store.errors import PlanRejectedError
+from berth.store.footprint import to_arrays, to_named
+from berth.store.repo import EventRow, HostCapacity
+
+log = logging.getLogger("berth.service.defrag")
+
+MAX_REPLANS = 3
+"""Times one step is given a new target before it is skipped."""
+LEASE_TTL = 30.0
+"""Seconds a replica's claim to drive a plan lasts without renewal (its driver renews it)."""
+
+
+# ---------------------------------------------------------------------------- bodies
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+Weight = Annotated[float, Field(gt=0.0, le=1e6, allow_inf_nan=False)]
+
+
+class TargetIn(_In):
+    objective: Literal["capacity", "empty-hosts"] = "capacity"
+    flavors: list[Ident] = Field(
+        default_factory=list, max_length=100, description="flavors whose capacity to restore"
+    )
+    weights: list[Weight] | None = Field(None, max_length=100, description="one per flavor")
+    drain: list[Ident] = Field(
+        default_factory=list,
+        max_length=10_000,
+        description="hosts to empty; hosts marked draining are added",
+    )
+
+
+class BudgetIn(_In):
+    max_migrations: int = Field(ge=0, le=100_000)
+    max_per_host: int | None = Field(None, ge=1, le=100_000)
+    max_concurrent: int = Field(1, ge=1, le=1000)
+
+
+class PlanIn(_In):
+    cluster: Ident
+    target: TargetIn
+    budget: BudgetIn
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+
+
+class ExecuteIn(_In):
+    auto_confirm: bool = Field(
+        False, description="confirm each started step at once (no cloud adapter)"
+    )
+
+
+class AbortIn(_In):
+    reason: Text = "aborted by the adapter"
+
+
+class StepOut(BaseModel):
+    step: int
+    wave: int
+    instance_id: str
+    flavor: str
+    source: str
+    target: str
+    planned_target: str
+    state: str
+    reason: str | None
+    replans: int
+    cells: list[dict[str, Any]]
+    host_use: dict[str, int]
+
+
+class PlanOut(BaseModel):
+    id: str
+    cluster: str
+    state: str
+    target: dict[str, Any]
+    budget: dict[str, Any]
+    before: dict[str, Any]
+    after: dict[str, Any]
+    achieved: dict[str, Any] | None = Field(description="figures measured when the plan ended")
+    auto_confirm: bool
+    owner: str | None
+    reason: str | None
+    created_by: str
+    created_at: float
+    updated_at: float
+    migrations: int
+    steps_by_state: dict[str, int]
+    steps: list[StepOut] | None = None
+
+
+class DrainOut(BaseModel):
+    name: str
+    draining: bool
+    enabled: bool
+    generation: int
+
+
+# ---------------------------------------------------------------------------- the service
+class DefragService:
+    """Plans and carries out defragmentation plans for one replica."""
+
+    def __init__(self, replica: Replica, registry: CollectorRegistry | None = None) -> None:
+        self.replica = replica
+        self.store = DefragStore(replica.store)
+        self.owner = replica.config.replica_id
+        self.lease_ttl = LEASE_TTL
+        cfg = replica.config.scheduler  # its own scheduler: planning runs outside replica.lock
+        params = dict(cfg.filter_params)
+        if "compute" in cfg.filters:
+            params["compute"] = {
+                **params.get("compute", {}),
+                "service_down_time": replica.config.service_down_time,
+            }
+        self.scheduler = FilterScheduler.from_config(
+            cfg.model_copy(update={"filter_params": params})
+        )
+        self._planning = threading.Lock()
+        self._driving = threading.Lock()
+        self.wake = threading.Event()
+        self.migrations = Counter(
+            "berth_defrag_migrations",
+            "Defrag steps by outcome (started, done, aborted, skipped, replanned)",
+            ["outcome"],
+            registry=registry,
+        )
+
+    # ------------------------------------------------------------------ planning
+    def create(self, body: PlanIn, created_by: str) -> PlanRow:
+        r = self.replica
+        r.sync()
+        with r.lock:
+            view = r.clusters.get(body.cluster)
+            if view is None:
+                raise ApiError(
+                    422,
+                    "unknown_cluster",
+                    f"cluster: unknown cluster {body.cluster!r}",
+                    field="cluster",
+                )
+            for i, name in enumerate(body.target.flavors):
+                if name not in view.table.flavors:
+                    where = f"target.flavors[{i}]"
+                    raise ApiError(
+                        422,
+                        "unknown_flavor",
+                        f"{where}: flavor {name!r} is not offered in {body.cluster}",
+                        field=where,
+                    )
+            for i, name in enumerate(body.target.drain):
+                if name not in view.table.index:
+                    where = f"target.drain[{i}]"
+                    raise ApiError(
+                        422,
+                        "unknown_host",
+                        f"{where}: no host {name!r} in cluster {body.cluster}",
+                        field=where,
+                    )
+            marked = sorted(h for h in r.draining if h in view.table.index)
+            table = view.table.copy()
+            now = r.clock()
+        drain = tuple(dict.fromkeys([*body.target.drain, *marked]))
+        try:
+            target = Target.model_validate({**body.target.model_dump(), "drain": drain})
+            budget = Budget.model_validate(body.budget.model_dump())
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            msg = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+            where = msg.split(":", 1)[0] if ":" in msg else ""
+            field = f"target.{where}" if where in TargetIn.model_fields else "target"
+            raise ApiError(422, "invalid_input", f"target: {msg}", field=field) from None
+        with self._planning:
+            plan = plan_defrag(
+                table, target, budget, scheduler=self.scheduler, now=now, seed=body.seed
+            )
+        return self._store(body.cluster, plan, table.device_types, created_by)
+
+    def _store(self, cluster: str, plan: Plan, device_types: list[str], who: str) -> PlanRow:
+        steps = [
+            NewStep(
+                m.step,
+                m.wave,
+                m.instance_id,
+                m.flavor,
+                m.source,
+                m.target,
+                to_named(
+                    np.array(m.cell_use, dtype=np.int64),
+                    np.array(m.host_use, dtype=np.int64),
+                    device_types,
+                ),
+            )
+            for m in plan.moves
+        ]
+        return self.store.create_plan(
+            "dp-" + secrets.token_hex(6),
+            cluster,
+            target=plan.target.model_dump(mode="json"),
+            budget=plan.budget.model_dump(mode="json"),
+            before=plan.before.model_dump(mode="json"),
+            after=plan.after.model_dump(mode="json"),
+            generations=dict(plan.generations),
+            steps=steps,
+            created_by=who,
+        )
+
+    # ------------------------------------------------------------------ control
+    def execute(self, plan_id: str, auto_confirm: bool) -> PlanRow:
+        plan = self.store.transition(plan_id, ("planned",), "running", auto_confirm=auto_confirm)
+        self.wake.set()
+        return plan
+
+    def pause(self, plan_id: str) -> PlanRow:
+        return self.store.transition(plan_id, ("running",), "paused")
+
+    def resume(self, plan_id: str) -> PlanRow:
+        plan = self.store.transition(plan_id, ("paused",), "running")
+        self.wake.set()
+        return plan
+
+    def cancel(self, plan_id: str, reason: str = "cancelled") -> PlanRow:
+        plan, events = self.store.cancel_plan(plan_id, reason)
+        self._applied(events)
+        self.migrations.labels("aborted").inc(len(events))
+        return plan
+
+    def confirm(self, plan_id: str, step: int) -> StepRow:
+        row, events = self.store.confirm_step(plan_id, step)
+        self._applied(events)
+        self.migrations.labels(row.state).inc()
+        self.wake.set()
+        return row
+
+    def abort(self, plan_id: str, step: int, reason: str) -> StepRow:
+        row, events = self.store.abort_step(plan_id, step, reason)
+        self._applied(events)
+        self.migrations.labels("aborted").inc()
+        self.wake.set()
+        return row
+
+    def drain(self, host: str, draining: bool) -> EventRow:
+        ev = self.store.set_draining(host, draining)
+        self._applied([ev])
+        return ev
+
+    def _applied(self, events: list[EventRow]) -> None:
+        with self.replica.lock:
+            for ev in events:
+                self.replica._apply_own(ev)
+
+    # ------------------------------------------------------------------ driving
+    def tick(self) -> int:
+        """Advance every running plan this replica may drive; the number of step transitions."""
+        done = 0
+        with self._driving:
+            for plan in self.store.list_plans(states=("running",)):
+                if not self.store.acquire(plan.id, self.owner, time.time(), self.lease_ttl):
+                    continue
+                try:
+                    done += self.advance(plan.id)
+                except Exception as exc:  # a bug or a vanished cluster: stop, say why
+                    log.exception("defrag plan %s failed", plan.id)
+                    with contextlib.suppress(PlanStateError):  # paused or cancelled meanwhile
+                        self.store.transition(plan.id, ("running",), "failed", reason=str(exc))
+        return done
+
+    def run_until_idle(self, limit: int = 10_000) -> int:
+        """Tick until nothing moves (tests and `auto_confirm` demos); transitions made."""
+        total = 0
+        for _ in range(limit):
+            n = self.tick()
+            if n == 0:
+                break
+            total += n
+        return total
+
+    def advance(self, plan_id: str) -> int:
+        """One round for one plan: confirm (auto), start what the wave and budget allow,
+        finish when every step is final."""
+        self.replica.sync()
+        plan = self.store.get_plan(plan_id)
+        if plan.state != "running":
+            return 0
+        moved = 0
+        steps = self.store.steps(plan_id)
+        if plan.auto_confirm:
+            for s in steps:
+                if s.state == "migrating":
+                    self.confirm(plan_id, s.step)
+                    moved += 1
+            if moved:
+                steps = self.store.steps(plan_id)
+        pending = [s for s in steps if s.state not in FINAL_STEPS]
+        if not pending:
+            self._finish(plan)
+            return moved + 1
+        wave = min(s.wave for s in pending)
+        flying = sum(1 for s in steps if s.state == "migrating")
+        limit = int(plan.budget.get("max_concurrent", 1))
+        for s in pending:
+            if s.wave != wave or s.state not in OPEN_STEPS:
+                continue
+            if flying >= limit:
+                break
+            moved += 1
+            if self._start(plan, s):
+                flying += 1
+        return moved
+
+    def _capacity(self, cluster: str, host: str) -> HostCapacity | None:
+        view = self.replica.clusters.get(cluster)
+        if view is None or host not in view.table.index:
+            return None
+        t, row = view.table, view.table.index[host]
+        return HostCapacity(t.cell_cap[row].copy(), t.host_cap[row].copy(), list(t.device_types))
+
+    def _start(self, plan: PlanRow, s: StepRow) -> bool:
+        """Start one step, re-planning it when its target no longer fits; True if started."""
+        for _ in range(MAX_REPLANS + 1):
+            with self.replica.lock:
+                cap = self._capacity(plan.cluster, s.target)
+            try:
+                if cap is None:
+                    raise PlanRejectedError(f"host {s.target!r} is not in cluster {plan.cluster}")
+                events = self.store.start_step(plan.id, s.step, cap)
+            except StepSkippedError as exc:
+                self.store.skip_step(plan.id, s.step, str(exc))
+                self.migrations.labels("skipped").inc()
+                return False
+            except PlanStateError:
+                return False  # paused or cancelled meanwhile
+            except PlanRejectedError as exc:
+                if s.replans >= MAX_REPLANS:
+                    self.store.skip_step(plan.id, s.step, f"{exc}; re-planned {s.replans} times")
+                    self.migrations.labels("skipped").inc()
+                    return False
+                new = self._replan(plan, s)
+                if new is None:
+                    self.store.skip_step(plan.id, s.step, f"{exc}; no other host fits")
+                    self.migrations.labels("skipped").inc()
+                    return False
+                s = self.store.replan_step(plan.id, s.step, *new, reason=str(exc))
+                self.migrations.labels("replanned").inc()
+                continue
+            self._applied(events)
+            self.migrations.labels("started").inc()
+            return True
+        return False  # pragma: no cover - the loop returns once replans run out
+
+    def _replan(self, plan: PlanRow, s: StepRow) -> tuple[str, dict[str, Any]] | None:
+        """A new (target, footprint) for the step on the replica's current table, or None."""
+        r = self.replica
+        r.sync()
+        with r.lock:
+            view = r.clusters.get(plan.cluster)
+            if view is None:
+                return None
+            alloc = view.table.allocations.get(s.instance_id)
+            if alloc is None or alloc.host != s.source:
+                return None
+            table = view.table.copy()
+            drain = frozenset(h for h in r.draining if h in table.index)
+            now = r.clock()
+        cell_use, host_use = to_arrays(s.footprint, table.device_types)
+        move = Move(
+            step=s.step,
+            wave=s.wave,
+            instance_id=s.instance_id,
+            flavor=s.flavor,
+            source=s.source,
+            target=s.target,
+            cell_use=tuple(tuple(int(x) for x in row) for row in cell_use),
+            host_use=tuple(int(x) for x in host_use),
+        )
+        with self._planning:
+            new = replan_move(table, move, scheduler=self.scheduler, now=now, drain=drain)
+        if new is None:
+            return None
+        fp = to_named(
+            np.array(new.cell_use, dtype=np.int64),
+            np.array(new.host_use, dtype=np.int64),
+            table.device_types,
+        )
+        return new.target, fp
+
+    def _finish(self, plan: PlanRow) -> None:
+        r = self.replica
+        with r.lock:
+            view = r.clusters.get(plan.cluster)
+            table = None if view is None else view.table.copy()
+            now = r.clock()
+        achieved = None
+        if table is not None:
+            target = Target.model_validate(plan.target)
+            with self._planning:
+                figures = measure(table, target, scheduler=self.scheduler, now=now)
+            achieved = figures.model_dump(mode="json")
+        with contextlib.suppress(PlanStateError):  # paused or cancelled at the last moment
+            self.store.transition(plan.id, ("running",), "done", achieved=achieved)
+
+
+class DefragThread:
+    """Drives running plans in the background: on a wake-up (execute, confirm) or every
+    `interval` seconds, whichever comes first."""
+
+    def __init__(self, service: DefragService, interval: float = 1.0) -> None:
+        self.service = service
+        self.interval = interval
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, name="berth-defrag", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.service.wake.set()
+        self.thread.join(timeout=5)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.service.wake.wait(self.interval)
+            self.service.wake.clear()
+            if self.stop.is_set():
+                break
+            try:
+                while self.service.tick() and not self.stop.is_set():
+                    pass
+            except Exception as exc:  # the database may be briefly away: keep trying
+                log.warning("defrag driver: %s", exc)
+                self.stop.wait(1.0)
+
+
+# ---------------------------------------------------------------------------- routes
+router = APIRouter(prefix="/v1", tags=["defrag"])
+
+
+def _principal(
+    request: Request, authorization: Annotated[str | None, Header()] = None
+) -> Principal:
+    auth: Authenticator = request.app.state.auth
+    return auth.authenticate(authorization)
+
+
+def _reader(p: Annotated[Principal, Depends(_principal)]) -> Principal:
+    require(p)
+    return p
+
+
+def _operator(p: Annotated[Principal, Depends(_principal)]) -> Principal:
+    require(p, write=True)
+    return p
+
+
+Reader = Annotated[Principal, Depends(_reader)]
+Operator = Annotated[Principal, Depends(_operator)]
+StepNo = Annotated[int, Field(ge=0, le=1_000_000)]
+
+
+def _service(request: Request) -> DefragService:
+    service: DefragService = request.app.state.defrag
+    return service
+
+
+Service = Annotated[DefragService, Depends(_service)]
+
+
+def _step_out(s: StepRow) -> StepOut:
+    fp = s.footprint
+    cells = [
+        {"cell": i, **c}
+        for i, c in enumerate(fp["cells"])
+        if any(c.get(k) for k in ("vcpus", "pcpus", "memory_mb", "hugepages_mb")) or c.get("pci")
+    ]
+    return StepOut(
+        step=s.step,
+        wave=s.wave,
+        instance_id=s.instance_id,
+        flavor=s.flavor,
+        source=s.source,
+        target=s.target,
+        planned_target=s.planned_target,
+        state=s.state,
+        reason=s.reason,
+        replans=s.replans,
+        cells=cells,
+        host_use=fp["host"],
+    )
+
+
+def plan_out(p: PlanRow, steps: list[StepRow], *, with_steps: bool = True) -> PlanOut:
+    by_state: dict[str, int] = {}
+    for s in steps:
+        by_state[s.state] = by_state.get(s.state, 0) + 1
+    return PlanOut(
+        id=p.id,
+        cluster=p.cluster,
+        state=p.state,
+        target=p.target,
+        budget=p.budget,
+        before=p.before,
+        after=p.after,
+        achieved=p.achieved,
+        auto_confirm=p.auto_confirm,
+        owner=p.owner,
+        reason=p.reason,
+        created_by=p.created_by,
+        created_at=p.created_at,
+        updated_at=p.updated_at,
+        migrations=len(steps),
+        steps_by_state=by_state,
+        steps=[_step_out(s) for s in steps] if with_steps else None,
+    )
+
+
+def _full(service: DefragService, plan: PlanRow) -> PlanOut:
+    return plan_out(plan, service.store.steps(plan.id))
+
+
+@router.post("/defrag/plans", status_code=201, response_model=PlanOut)
+def create_plan(body: PlanIn, p: Operator, service: Service) -> PlanOut:
+    """Plan live migrations for a cluster (on this replica's current table) and store the plan
+    (state `planned`); the answer carries every step and the before/after figures."""
+    return _full(service, service.create(body, p.name))
+
+
+@router.get("/defrag/plans", response_model=list[PlanOut])
+def list_plans(
+    _p: Reader,
+    service: Service,
+    cluster: Ident | None = None,
+    state: Literal["planned", "running", "paused", "cancelled", "done", "failed"] | None = None,
+) -> list[PlanOut]:
+    """Plans, oldest first, without their steps (`GET /v1/defrag/plans/{id}` has them)."""
+    plans = service.store.list_plans(cluster=cluster, states=None if state is None else (state,))
+    return [plan_out(pl, service.store.steps(pl.id), with_steps=False) for pl in plans]
+
+
+@router.get("/defrag/plans/{plan_id}", response_model=PlanOut)
+def get_plan(plan_id: Ident, _p: Reader, service: Service) -> PlanOut:
+    return _full(service, service.store.get_plan(plan_id))
+
+
+@router.post("/defrag/plans/{plan_id}/execute", response_model=PlanOut)
+def execute_plan(
+    plan_id: Ident, _p: Operator, service: Service, body: ExecuteIn | None = None
+) -> PlanOut:
+    """Start carrying out a planned plan (409 `plan_state` otherwise, or when the cluster
+    already runs another plan)."""
+    auto = body.auto_confirm if body is not None else False
+    return _full(service, service.execute(plan_id, auto))
+
+
+@router.post("/defrag/plans/{plan_id}/pause", response_model=PlanOut)
+def pause_plan(plan_id: Ident, _p: Operator, service: Service) -> PlanOut:
+    """No new steps start; steps in flight may still be confirmed or aborted."""
+    return _full(service, service.pause(plan_id))
+
+
+@router.post("/defrag/plans/{plan_id}/resume", response_model=PlanOut)
+def resume_plan(plan_id: Ident, _p: Operator, service: Service) -> PlanOut:
+    return _full(service, service.resume(plan_id))
+
+
+@router.post("/defrag/plans/{plan_id}/cancel", response_model=PlanOut)
+def cancel_plan(plan_id: Ident, _p: Operator, service: Service) -> PlanOut:
+    """No new steps; steps in flight are aborted (their target claims released); steps already
+    confirmed stay where they are."""
+    return _full(service, service.cancel(plan_id, "cancelled"))
+
+
+@router.post("/defrag/plans/{plan_id}/steps/{step}/confirm", response_model=StepOut)
+def confirm_step(plan_id: Ident, step: StepNo, _p: Operator, service: Service) -> StepOut:
+    """The cloud's adapter reports the live migration finished: the instance moves to the target."""
+    return _step_out(service.confirm(plan_id, step))
+
+
+@router.post("/defrag/plans/{plan_id}/steps/{step}/abort", response_model=StepOut)
+def abort_step(
+    plan_id: Ident, step: StepNo, _p: Operator, service: Service, body: AbortIn | None = None
+) -> StepOut:
+    """The live migration failed: the target claim is released, the instance stays."""
+    reason = body.reason if body is not None else AbortIn().reason
+    return _step_out(service.abort(plan_id, step, reason))
+
+
+def _drain_out(name: str, ev: EventRow) -> DrainOut:
+    return DrainOut(
+        name=name,
+        draining=bool(ev.payload["draining"]),
+        enabled=bool(ev.payload["enabled"]),
+        generation=int(ev.generation or 0),
+    )
+
+
+@router.put("/hosts/{name}/drain", response_model=DrainOut, tags=["hosts"])
+def drain_host(name: Ident, _p: Operator, service: Service) -> DrainOut:
+    """Mark a host for drain: no new placements, never a migration target; defrag plans of its
+    cluster empty it."""
+    return _drain_out(name, service.drain(name, True))
+
+
+@router.delete("/hosts/{name}/drain", response_model=DrainOut, tags=["hosts"])
+def undrain_host(name: Ident, _p: Operator, service: Service) -> DrainOut:
+    """The host takes placements again (if enabled)."""
+    return _drain_out(name, service.drain(name, False))
+
+
+@router.get("/defrag/draining", response_model=list[str])
+def draining_hosts(_p: Reader, service: Service) -> list[str]:
+    """Names of the hosts marked for drain."""
+    return sorted(service.store.draining())
