@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from berth.core.model import Flavor
-from berth.service.app import SyncThread
+from berth.service.app import SyncThread, _event_id
 from berth.service.demo import load_fleet_into
 from berth.service.state import NoPlacementError, PlaceArgs, Replica, ServiceConfig
 from berth.store.audit import audit
@@ -193,3 +193,17 @@ def test_replica_spread_makes_replicas_prefer_different_hosts(db_url):
         chosen.append(plan.decision.hosts[0])
         r.store.close()
     assert chosen[0] != chosen[1]  # same request, same seed, different replica: other host
+
+
+@pytest.mark.parametrize(
+    ("payload", "me", "expected"),
+    [
+        ("42:r-b", "r-a", 42),  # another replica's commit: sync up to it
+        ("42:r-a", "r-a", -1),  # our own commit: its request applies it, no sync
+        ("42:host:8080", "host:8080", -1),  # replica ids may hold a colon
+        ("42", "r-a", 42),  # a replica of an older version announces the id alone
+        ("junk", "r-a", 1 << 62),  # unknown: sync
+    ],
+)
+def test_notification_payloads(payload, me, expected):
+    assert _event_id(payload, me) == expected

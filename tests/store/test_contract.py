@@ -140,6 +140,72 @@ def test_deployment_set_rules_are_reverified(store):
         store.delete_group("web")
 
 
+def _two_host_claim(store: Store, gens: dict[str, int], network: str | None = None) -> None:
+    """Two p4 instances of deployment set `web`, one on h-c1-0 and one on h-c1-1."""
+    table = HostTable.from_fleet(small_fleet())
+    types = table.device_types
+    new, caps = [], {}
+    for k, name in enumerate(("h-c1-0", "h-c1-1")):
+        row = table.index[name]
+        cell_use, host_use = table.plan_for("p4", row)
+        fp = to_named(cell_use, host_use, types)
+        new.append(NewInstance(f"w-{k}", name, "c1", "p4", fp, "default", "web", network=network))
+        caps[name] = HostCapacity(table.cell_cap[row], table.host_cap[row], types)
+    store.commit_placement(
+        placement_id="p-two",
+        instances=new,
+        host_generations=gens,
+        group_generations={"web": 0},
+        capacities=caps,
+        outcome=Outcome("success", "placed", "p4", "default", 2, 1.0),
+    )
+
+
+@pytest.mark.parametrize(
+    ("gens", "network", "error"),
+    [
+        ({"h-c1-0": 0, "h-c1-1": 1}, None, GenerationConflictError),  # second host stale
+        ({"h-c1-0": 1, "h-c1-1": 0}, None, GenerationConflictError),  # first host stale
+        ({"h-c1-0": 0, "h-c1-1": 0}, "tiny", PlanRejectedError),  # one free IP, two wanted
+        ({"h-c1-0": 0}, None, PlanRejectedError),  # an instance on a host not read
+    ],
+)
+def test_multi_host_claim_is_all_or_nothing(store, gens, network, error):
+    loaded(store)
+    store.add_ip_pool("tiny", "c1", "10.0.0.0/30", 1)
+    counts, last = store.counts(), store.latest_event_id()
+    with pytest.raises(error):
+        _two_host_claim(store, gens, network)
+    assert store.counts() == counts
+    assert store.latest_event_id() == last
+    assert [store.get_host(h).generation for h in ("h-c1-0", "h-c1-1")] == [0, 0]
+    assert {g.id: g.generation for g in store.list_groups()}["web"] == 0
+    assert store.list_ip_pools()[0]["used"] == 0
+
+
+def test_multi_host_claim_writes_rows_events_and_generations(store):
+    loaded(store)
+    store.add_ip_pool("wide", "c1", "10.0.0.0/24", 10)
+    before = store.latest_event_id()
+    _two_host_claim(store, {"h-c1-0": 0, "h-c1-1": 0}, "wide")
+    events = store.events_after(before)
+    assert [(e.kind, e.host, e.generation) for e in events] == [
+        ("instance_claimed", "h-c1-0", 1),
+        ("instance_claimed", "h-c1-1", 1),
+    ]
+    assert events[0].id < events[1].id
+    assert [e.payload["group_generation"] for e in events] == [1, 1]
+    assert [e.payload["instance_id"] for e in events] == ["w-0", "w-1"]
+    assert {g.id: g.generation for g in store.list_groups()}["web"] == 1
+    assert store.list_ip_pools()[0]["used"] == 2
+    assert {i.id: i.placement_id for i in store.list_instances()} == {
+        "w-0": "p-two",
+        "w-1": "p-two",
+    }
+    assert store.stats()[-1]["successes"] == 1
+    assert audit(store) == []
+
+
 def test_idempotency_key_is_claimed_once(store):
     loaded(store)
     idem = Idempotent("token:x", "key-1", "h", 201, {"id": "p-1"})
@@ -184,18 +250,36 @@ def test_failed_transaction_leaves_no_partial_claim(store):
     assert store.latest_event_id() == last
 
 
-def test_killed_process_mid_claim_leaves_no_partial_claim(store, db_url):
+# Where the claim's process dies (a function it calls, replaced by SIGKILL): after the generation
+# updates and the read (both commit paths), and while writing the rows (the general path appends
+# its events; the pipelined PostgreSQL path wraps each JSON value while queueing the inserts).
+KILL_POINTS = {
+    "sqlite": ["berth.store.repo._check_plan", "berth.store.repo.Store._append"],
+    "postgresql": ["berth.store.repo._check_plan", "berth.store.pgclaim.Jsonb"],
+}
+
+
+@pytest.mark.parametrize("point", [0, 1])
+def test_killed_process_mid_claim_leaves_no_partial_claim(store, db_url, point):
     """SIGKILL between the generation update and the commit: nothing of the claim remains."""
     loaded(store)
+    module, _, name = KILL_POINTS["sqlite" if store.sqlite else "postgresql"][point].rpartition(
+        "."
+    )
     script = textwrap.dedent(
         f"""
-        import os, signal
+        import importlib, os, signal
         from berth.store.repo import Store
         from tests.store.fleets import claim_one, small_fleet
         store = Store.open({db_url!r}, migrate=False)
         def die(*a, **k):
             os.kill(os.getpid(), signal.SIGKILL)
-        store._append = die
+        try:
+            owner = importlib.import_module({module!r})
+        except ImportError:  # a class attribute: module.Class
+            mod, _, cls = {module!r}.rpartition(".")
+            owner = getattr(importlib.import_module(mod), cls)
+        setattr(owner, {name!r}, die)
         claim_one(store, small_fleet(), "vm-doomed", "h-c1-2")
         """
     )

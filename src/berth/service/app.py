@@ -23,6 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from berth.core.errors import BerthError, FleetError, SpecError
@@ -136,9 +137,14 @@ def _field(loc: tuple[Any, ...]) -> str:
 
 
 # ---------------------------------------------------------------------------- background sync
-def _event_id(payload: str) -> int:
+def _event_id(payload: str, me: str = "") -> int:
+    """The event id a notification announces (payload `id:replica`, or just `id`); -1 for this
+    replica's own commits, which the committing request applies itself."""
+    head, sep, who = payload.partition(":")
+    if sep and who == me:
+        return -1
     try:
-        return int(payload)
+        return int(head)
     except ValueError:
         return 1 << 62  # unknown payload: sync
 
@@ -177,18 +183,28 @@ class SyncThread:
         r = self.replica
         cfg = r.config
         listener = self._listener()
-        next_beat = next_reconcile = next_simulate = 0.0
+        next_beat = next_reconcile = next_simulate = next_poll = 0.0
+        me = cfg.replica_id
         while not self.stop.is_set():
             try:
                 if listener is not None:
-                    newest = -1  # -1: timed out, poll anyway
+                    # newest id announced by another replica (-1: none); own commits are
+                    # applied by their requests, so they wake nothing here
+                    newest, woke = -1, False
                     for note in listener.notifies(timeout=cfg.poll_interval, stop_after=1):
-                        newest = max(newest, _event_id(note.payload))
+                        newest, woke = max(newest, _event_id(note.payload, me)), True
                     # drain whatever else arrived meanwhile (one sync for a burst)
                     for note in listener.notifies(timeout=0.0):
-                        newest = max(newest, _event_id(note.payload))
-                    if newest < 0 or newest > r.last_event or r.has_gaps():
+                        newest = max(newest, _event_id(note.payload, me))
+                    now = time.monotonic()
+                    if (
+                        not woke
+                        or now >= next_poll
+                        or newest > r.last_event
+                        or (newest >= 0 and r.has_gaps())
+                    ):
                         r.sync()
+                        next_poll = now + cfg.poll_interval
                 else:
                     self.stop.wait(cfg.poll_interval)
                     r.sync()
@@ -218,24 +234,30 @@ class SyncThread:
 
 
 # ---------------------------------------------------------------------------- auth dependencies
-def _principal(
+# The auth dependencies are coroutines: FastAPI runs a plain function dependency in the thread
+# pool, a hand-off to a worker thread and back per request. A cached token needs no I/O, so it is
+# answered on the event loop; only a cache miss (once per token and TTL) goes to a thread.
+async def _principal(
     request: Request, authorization: Annotated[str | None, Header()] = None
 ) -> Principal:
     auth: Authenticator = request.app.state.auth
-    return auth.authenticate(authorization)
+    found = auth.cached(authorization)
+    if found is None:
+        found = await run_in_threadpool(auth.authenticate, authorization)
+    return found
 
 
-def _reader(p: Annotated[Principal, Depends(_principal)]) -> Principal:
+async def _reader(p: Annotated[Principal, Depends(_principal)]) -> Principal:
     require(p)
     return p
 
 
-def _operator(p: Annotated[Principal, Depends(_principal)]) -> Principal:
+async def _operator(p: Annotated[Principal, Depends(_principal)]) -> Principal:
     require(p, write=True)
     return p
 
 
-def _admin(p: Annotated[Principal, Depends(_principal)]) -> Principal:
+async def _admin(p: Annotated[Principal, Depends(_principal)]) -> Principal:
     require(p, admin=True)
     return p
 

@@ -62,14 +62,8 @@ class Authenticator:
         self._lock = threading.Lock()
 
     def authenticate(self, header: str | None) -> Principal:
-        if not header or not header.lower().startswith("bearer "):
-            raise ApiError(
-                401,
-                "unauthenticated",
-                "missing bearer token (Authorization: Bearer <token>)",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-        secret = header[7:].strip()
+        """The principal of an `Authorization` header; looks the token up on a cache miss."""
+        secret = _secret(header)
         digest = hash_token(secret)
         now = time.monotonic()
         with self._lock:
@@ -82,14 +76,41 @@ class Authenticator:
                 if len(self._cache) > 10_000:
                     self._cache.clear()
                 self._cache[digest] = (now + self.ttl, row)
-        if row is None:
-            raise ApiError(
-                401,
-                "unauthenticated",
-                "unknown or revoked token",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-        return Principal(row.id, row.name, row.role, row.project)
+        return _principal(row)
+
+    def cached(self, header: str | None) -> Principal | None:
+        """The principal if the cache answers (no I/O: safe on the event loop), else None.
+
+        A missing header, or a token the cache knows to be unknown or revoked, is a 401 here.
+        """
+        secret = _secret(header)
+        with self._lock:
+            cached = self._cache.get(hash_token(secret))
+        if cached is None or cached[0] <= time.monotonic():
+            return None
+        return _principal(cached[1])
+
+
+def _secret(header: str | None) -> str:
+    if not header or not header.lower().startswith("bearer "):
+        raise ApiError(
+            401,
+            "unauthenticated",
+            "missing bearer token (Authorization: Bearer <token>)",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    return header[7:].strip()
+
+
+def _principal(row: TokenRow | None) -> Principal:
+    if row is None:
+        raise ApiError(
+            401,
+            "unauthenticated",
+            "unknown or revoked token",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    return Principal(row.id, row.name, row.role, row.project)
 
 
 def require(principal: Principal, *, write: bool = False, admin: bool = False) -> None:

@@ -42,6 +42,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 
 from berth.core.model import Aggregate, Flavor, Host, NumaCell, PciAlias
+from berth.store import pgclaim
 from berth.store import schema as t
 from berth.store.db import is_sqlite, make_engine, upgrade
 from berth.store.errors import (
@@ -54,9 +55,9 @@ from berth.store.errors import (
     PlanRejectedError,
 )
 from berth.store.footprint import Footprint, sum_footprints
+from berth.store.pgclaim import NOTIFY_CHANNEL
 
 I64 = npt.NDArray[np.int64]
-NOTIFY_CHANNEL = "berth_events"
 RECENT_IDS = 10_000  # how far back a snapshot looks for event ids not committed yet
 ROLES = ("admin", "operator", "tenant", "reader")
 
@@ -328,8 +329,8 @@ class Store:
                 },
             ).scalar_one()
             out.append(EventRow(int(new_id), now, kind, host, generation, self.replica, payload))
-        if not self.sqlite:  # wake the other replicas; the payload is the last id written
-            conn.exec_driver_sql(f"NOTIFY {NOTIFY_CHANNEL}, '{out[-1].id}'")
+        if not self.sqlite:  # wake the other replicas: "last id written:replica"
+            conn.execute(select(func.pg_notify(NOTIFY_CHANNEL, f"{out[-1].id}:{self.replica}")))
         return out
 
     # ------------------------------------------------------------------ snapshot & events
@@ -946,6 +947,17 @@ class Store:
         now = time.time()
         result = CommitResult()
         try:
+            if not self.sqlite and not evict and preemptible_limit is None:
+                return self._commit_pipelined(
+                    placement_id,
+                    instances,
+                    host_generations,
+                    group_generations,
+                    capacities,
+                    idempotent,
+                    outcome,
+                    now,
+                )
             with self._write() as conn:
                 # 1. deployment sets, then hosts, each in name order (no lock-order deadlocks)
                 for gid in sorted(group_generations):
@@ -1047,60 +1059,21 @@ class Store:
                     if res.rowcount != 1:
                         raise PlanRejectedError(f"network {net!r} has no {wanted[net]} free IPs")
                 conn.execute(
-                    _INSERT_INSTANCES,
-                    [
-                        {
-                            "id": i.id,
-                            "project": i.project,
-                            "flavor": i.flavor,
-                            "host": i.host,
-                            "cluster": i.cluster,
-                            "server_group": i.server_group,
-                            "placement": i.footprint,
-                            "placement_id": placement_id,
-                            "business_type": i.business_type,
-                            "preemptible": i.preemptible,
-                            "migratable": i.migratable,
-                            "created_at": now if i.created_at is None else i.created_at,
-                            "network": i.network,
-                        }
-                        for i in instances
-                    ],
+                    _INSERT_INSTANCES, [_instance_values(i, placement_id, now) for i in instances]
                 )
                 for i in instances:
                     step[i.host] += 1
                     items.append(
-                        (
-                            "instance_claimed",
-                            i.host,
+                        _claimed(
+                            i,
+                            placement_id,
                             host_generations[i.host] + step[i.host],
-                            {
-                                "instance_id": i.id,
-                                "cluster": i.cluster,
-                                "flavor": i.flavor,
-                                "footprint": i.footprint,
-                                "server_group": i.server_group,
-                                "group_generation": result.groups.get(i.server_group or ""),
-                                "project": i.project,
-                                "placement_id": placement_id,
-                                "preemptible": i.preemptible,
-                                "business_type": i.business_type,
-                                "network": i.network,
-                                "created_at": now if i.created_at is None else i.created_at,
-                            },
+                            result.groups.get(i.server_group or ""),
+                            now,
                         )
                     )
                 if idempotent is not None:
-                    conn.execute(
-                        insert(t.idempotency).values(
-                            principal=idempotent.principal,
-                            key=idempotent.key,
-                            request_hash=idempotent.request_hash,
-                            status=idempotent.status,
-                            response=idempotent.response,
-                            created_at=now,
-                        )
-                    )
+                    conn.execute(insert(t.idempotency).values(_idempotency_values(idempotent, now)))
                 if outcome is not None:
                     self._outcome(conn, outcome, now)
                 result.events = self._append(conn, items)
@@ -1108,6 +1081,72 @@ class Store:
             if idempotent is not None and "idempotency" in str(exc.orig).lower():
                 raise IdempotencyRaceError(f"idempotency key {idempotent.key!r} was used") from None
             raise PlanRejectedError(f"conflicting write: {exc.orig}") from None
+        return result
+
+    def _commit_pipelined(
+        self,
+        placement_id: str,
+        instances: Sequence[NewInstance],
+        host_generations: dict[str, int],
+        group_generations: dict[str, int],
+        capacities: dict[str, HostCapacity],
+        idempotent: Idempotent | None,
+        outcome: Outcome | None,
+        now: float,
+    ) -> CommitResult:
+        """`commit_placement` without evictions on PostgreSQL: the same statements, locks and
+        checks in two round trips (`berth.store.pgclaim`)."""
+        ops: dict[str, int] = dict.fromkeys(host_generations, 0)
+        for inst in instances:
+            if inst.host not in ops:
+                raise PlanRejectedError(f"instance {inst.id!r} on unread host {inst.host!r}")
+            ops[inst.host] += 1
+        after = {gid: gen + 1 for gid, gen in group_generations.items()}  # if the check passes
+        step = dict.fromkeys(host_generations, 0)
+        items: list[tuple[str, str | None, int | None, dict[str, Any]]] = []
+        for i in instances:
+            step[i.host] += 1
+            items.append(
+                _claimed(
+                    i,
+                    placement_id,
+                    host_generations[i.host] + step[i.host],
+                    after.get(i.server_group or ""),
+                    now,
+                )
+            )
+        wanted: dict[str, int] = {}
+        for i in instances:
+            if i.network is not None:
+                wanted[i.network] = wanted.get(i.network, 0) + 1
+        writes = pgclaim.ClaimWrites(
+            sets=[(gid, group_generations[gid]) for gid in sorted(group_generations)],
+            hosts=[(h, host_generations[h], ops[h]) for h in sorted(host_generations)],
+            verify_hosts=sorted({i.host for i in instances}),
+            sized_sets=sorted(group_generations) if instances else [],
+            networks=[(n, wanted[n]) for n in sorted(wanted)],
+            instances=[_instance_values(i, placement_id, now) for i in instances],
+            idempotency=None if idempotent is None else _idempotency_values(idempotent, now),
+            outcome=None if outcome is None else _outcome_values(outcome, now),
+            events=items,
+            ts=now,
+            replica=self.replica,
+        )
+        result = CommitResult()
+
+        def verify(read: pgclaim.ClaimRead) -> None:
+            result.groups = {gid: gen for gid, (gen, _, _, _) in read.sets.items()}
+            if instances:
+                sets = {
+                    gid: (p, per_host, size) for gid, (_, p, per_host, size) in read.sets.items()
+                }
+                _check_plan(read.rows, instances, capacities, sets, read.sizes)
+
+        ids = pgclaim.commit(self.engine, writes, verify)
+        result.events = [
+            EventRow(new_id, now, kind, host, gen, self.replica, payload)
+            for new_id, (kind, host, gen, payload) in zip(ids, items, strict=True)
+        ]
         return result
 
     def _verify_preemptible(
@@ -1160,43 +1199,21 @@ class Store:
         hosts = sorted({i.host for i in new})
         if not hosts:
             return
-        rows = conn.execute(_ON_HOSTS, {"hosts": hosts}).all()
-        by_host: dict[str, list[Footprint]] = {h: [] for h in hosts}
-        members: dict[tuple[str, str], int] = {}
-        for r in rows:
-            by_host[r.host].append(r.placement)
-            if r.server_group is not None:
-                members[(r.server_group, r.host)] = members.get((r.server_group, r.host), 0) + 1
-        for i in new:
-            by_host[i.host].append(i.footprint)
-            if i.server_group is not None:
-                members[(i.server_group, i.host)] = members.get((i.server_group, i.host), 0) + 1
-        for host in hosts:
-            cap = capacities.get(host)
-            if cap is None:
-                raise PlanRejectedError(f"no inventory given for host {host!r}")
-            cell_used, host_used = sum_footprints(by_host[host], cap.device_types)
-            if (cell_used > cap.cell_cap).any() or (host_used > cap.host_cap).any():
-                raise PlanRejectedError(f"host {host!r} would be over-committed")
+        rows = [
+            (r.host, r.server_group, r.placement) for r in conn.execute(_ON_HOSTS, {"hosts": hosts})
+        ]
+        sets: dict[str, tuple[str, int, int | None]] = {}
+        sizes: dict[str, int] = {}
         for gid in group_generations:
             g = conn.execute(select(t.deployment_sets).where(t.deployment_sets.c.id == gid)).first()
             if g is None:
                 raise PlanRejectedError(f"deployment set {gid!r} no longer exists")
-            if g.policy == "anti-affinity":
-                for (group, host), n in members.items():
-                    if group == gid and n > g.max_per_host:
-                        raise PlanRejectedError(
-                            f"deployment set {gid!r} would have {n} members on host {host!r}"
-                        )
+            sets[gid] = (g.policy, g.max_per_host, g.max_size)
             if g.max_size is not None:
-                size = conn.execute(
+                sizes[gid] = conn.execute(
                     select(func.count()).where(t.instances.c.server_group == gid)
                 ).scalar_one()
-                adding = sum(1 for i in new if i.server_group == gid)
-                if size + adding > g.max_size:
-                    raise PlanRejectedError(
-                        f"deployment set {gid!r} would exceed {g.max_size} members"
-                    )
+        _check_plan(rows, new, capacities, sets, sizes)
 
     def release(
         self, instance_id: str, *, project: str | None = None, reason: str | None = None
@@ -1322,19 +1339,7 @@ class Store:
         return Idempotent(row.principal, row.key, row.request_hash, row.status, row.response)
 
     def _outcome(self, conn: Connection, o: Outcome, now: float) -> None:
-        conn.execute(
-            _OUTCOME,
-            {
-                "ts": now,
-                "day": day_of(now),
-                "outcome": o.outcome,
-                "reason": o.reason,
-                "flavor": o.flavor,
-                "project": o.project,
-                "num_instances": o.num_instances,
-                "latency_ms": o.latency_ms,
-            },
-        )
+        conn.execute(_OUTCOME, _outcome_values(o, now))
 
     def record_outcome(self, outcome: Outcome) -> None:
         with self._write() as conn:
@@ -1434,6 +1439,116 @@ class Store:
                     ("flavors", t.flavors),
                 )
             }
+
+
+def _instance_values(i: NewInstance, placement_id: str, now: float) -> dict[str, Any]:
+    """The instances row of a new claim."""
+    return {
+        "id": i.id,
+        "project": i.project,
+        "flavor": i.flavor,
+        "host": i.host,
+        "cluster": i.cluster,
+        "server_group": i.server_group,
+        "placement": i.footprint,
+        "placement_id": placement_id,
+        "business_type": i.business_type,
+        "preemptible": i.preemptible,
+        "migratable": i.migratable,
+        "created_at": now if i.created_at is None else i.created_at,
+        "network": i.network,
+    }
+
+
+def _claimed(
+    i: NewInstance, placement_id: str, generation: int, group_generation: int | None, now: float
+) -> tuple[str, str | None, int | None, dict[str, Any]]:
+    """The `instance_claimed` event of a new claim (kind, host, generation after, payload)."""
+    return (
+        "instance_claimed",
+        i.host,
+        generation,
+        {
+            "instance_id": i.id,
+            "cluster": i.cluster,
+            "flavor": i.flavor,
+            "footprint": i.footprint,
+            "server_group": i.server_group,
+            "group_generation": group_generation,
+            "project": i.project,
+            "placement_id": placement_id,
+            "preemptible": i.preemptible,
+            "business_type": i.business_type,
+            "network": i.network,
+            "created_at": now if i.created_at is None else i.created_at,
+        },
+    )
+
+
+def _idempotency_values(d: Idempotent, now: float) -> dict[str, Any]:
+    return {
+        "principal": d.principal,
+        "key": d.key,
+        "request_hash": d.request_hash,
+        "status": d.status,
+        "response": d.response,
+        "created_at": now,
+    }
+
+
+def _outcome_values(o: Outcome, now: float) -> dict[str, Any]:
+    return {
+        "ts": now,
+        "day": day_of(now),
+        "outcome": o.outcome,
+        "reason": o.reason,
+        "flavor": o.flavor,
+        "project": o.project,
+        "num_instances": o.num_instances,
+        "latency_ms": o.latency_ms,
+    }
+
+
+def _check_plan(
+    rows: Sequence[tuple[str, str | None, Footprint]],
+    new: Sequence[NewInstance],
+    capacities: dict[str, HostCapacity],
+    sets: dict[str, tuple[str, int, int | None]],
+    sizes: dict[str, int],
+) -> None:
+    """Re-verify a plan against the rows read in its transaction: the current instances on the
+    touched hosts (host, set, footprint) plus the new ones fit every host's inventory, per NUMA
+    cell and per host; each touched deployment set (policy, max per host, max size) keeps its
+    anti-affinity and size. Raises `PlanRejectedError`."""
+    hosts = sorted({i.host for i in new})
+    by_host: dict[str, list[Footprint]] = {h: [] for h in hosts}
+    members: dict[tuple[str, str], int] = {}
+    for host, group, fp in rows:
+        by_host[host].append(fp)
+        if group is not None:
+            members[(group, host)] = members.get((group, host), 0) + 1
+    for i in new:
+        by_host[i.host].append(i.footprint)
+        if i.server_group is not None:
+            members[(i.server_group, i.host)] = members.get((i.server_group, i.host), 0) + 1
+    for host in hosts:
+        cap = capacities.get(host)
+        if cap is None:
+            raise PlanRejectedError(f"no inventory given for host {host!r}")
+        cell_used, host_used = sum_footprints(by_host[host], cap.device_types)
+        if (cell_used > cap.cell_cap).any() or (host_used > cap.host_cap).any():
+            raise PlanRejectedError(f"host {host!r} would be over-committed")
+    for gid, (policy, max_per_host, max_size) in sets.items():
+        if policy == "anti-affinity":
+            for (group, host), n in members.items():
+                if group == gid and n > max_per_host:
+                    raise PlanRejectedError(
+                        f"deployment set {gid!r} would have {n} members on host {host!r}"
+                    )
+        if max_size is not None:
+            adding = sum(1 for i in new if i.server_group == gid)
+            if sizes.get(gid, 0) + adding > max_size:
+                raise PlanRejectedError(f"deployment set {gid!r} would exceed {max_size} members")
 
 
 def _an_instance(conn: Connection, column: Any, value: str) -> str | None:

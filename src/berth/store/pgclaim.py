@@ -1,0 +1,236 @@
+"""The claim transaction on PostgreSQL in two round trips (psycopg pipeline mode).
+
+`Store.commit_placement` (without evictions or a preemptible limit) runs the same statements,
+in the same order and taking the same row locks, as its general path; only the waiting is
+batched:
+
+1. BEGIN; the generation check-and-bump of every touched deployment set, then of every touched
+   host, in name order (``UPDATE ... WHERE generation = :read RETURNING``); the instances rows
+   of the touched hosts (read after the host rows are locked); the member count of each sized
+   set; the IP reservations; one wait.
+2. The repository checks the answers (a missing row is a `GenerationConflictError`) and
+   re-verifies the plan against the rows read; any failure rolls back, nothing was written.
+3. The instances, the idempotency record, the outcome, the events (ids drawn at insert time,
+   while the host rows are locked, so one host's events are in commit order), the NOTIFY and
+   COMMIT; one wait.
+
+Over loopback the general path waited nine times for one instance; the statements are the
+small part of a placement's cost, the round trips and their per-statement driver work the
+large part (benchmarks/results/service.md). psycopg prepares statements it has run five times,
+so these run as server-side prepared statements once warm.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError, IntegrityError
+
+from berth.store.errors import GenerationConflictError, PlanRejectedError
+
+NOTIFY_CHANNEL = "berth_events"
+
+_SET_CAS = (
+    "UPDATE deployment_sets SET generation = generation + 1 WHERE id = %s AND generation = %s "
+    "RETURNING generation, policy, max_per_host, max_size"
+)
+_HOST_CAS = (
+    "UPDATE hosts SET generation = generation + %s WHERE name = %s AND generation = %s "
+    "RETURNING generation"
+)
+_ON_HOSTS = "SELECT host, server_group, placement FROM instances WHERE host = ANY(%s)"
+_SET_SIZE = "SELECT count(*) FROM instances WHERE server_group = %s"
+_TAKE_IPS = (
+    "UPDATE ip_pools SET used = used + %s WHERE name = %s AND used + %s <= total RETURNING used"
+)
+_INSTANCE = (
+    "INSERT INTO instances (id, project, flavor, host, cluster, server_group, placement, "
+    "placement_id, business_type, preemptible, migratable, created_at, network) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+)
+_IDEMPOTENCY = (
+    "INSERT INTO idempotency (principal, key, request_hash, status, response, created_at) "
+    "VALUES (%s, %s, %s, %s, %s, %s)"
+)
+_OUTCOME = (
+    "INSERT INTO placement_outcomes (ts, day, outcome, reason, flavor, project, num_instances, "
+    "latency_ms) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+)
+_EVENT = (
+    "INSERT INTO events (ts, kind, host, generation, replica, payload) "
+    "VALUES (%s, %s, %s, %s, %s, %s) RETURNING id"
+)
+# payload "last id:replica" (as `Store._append`); currval is the id this session drew last,
+# i.e. that of the last event just inserted
+_NOTIFY = "SELECT pg_notify(%s, currval(pg_get_serial_sequence('events', 'id'))::text || ':' || %s)"
+
+EventItem = tuple[str, str | None, int | None, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class ClaimWrites:
+    """Everything the claim transaction runs, precomputed by the repository."""
+
+    sets: Sequence[tuple[str, int]]
+    """(deployment set, generation read), in id order"""
+    hosts: Sequence[tuple[str, int, int]]
+    """(host, generation read, changes), in name order"""
+    verify_hosts: Sequence[str]
+    sized_sets: Sequence[str]
+    """sets whose current member count the re-verification needs"""
+    networks: Sequence[tuple[str, int]]
+    """(network, IPs to take), in name order"""
+    instances: Sequence[dict[str, Any]]
+    idempotency: dict[str, Any] | None
+    outcome: dict[str, Any] | None
+    events: Sequence[EventItem]
+    ts: float
+    replica: str
+
+
+@dataclass
+class ClaimRead:
+    """What the first round trip read, for the repository's re-verification."""
+
+    sets: dict[str, tuple[int, str, int, int | None]] = field(default_factory=dict)
+    """set -> (generation after the bump, policy, max per host, max size)"""
+    rows: list[tuple[str, str | None, dict[str, Any]]] = field(default_factory=list)
+    """(host, deployment set, footprint) of every instance on the touched hosts"""
+    sizes: dict[str, int] = field(default_factory=dict)
+
+
+def commit(engine: Engine, w: ClaimWrites, verify: Callable[[ClaimRead], None]) -> list[int]:
+    """Run the claim transaction; the ids of the events written, in the order of `w.events`.
+
+    Raises what `verify` raises, `GenerationConflictError` for a set or host no longer at the
+    generation read, `PlanRejectedError` for a network without the IPs, and SQLAlchemy's
+    `IntegrityError` / `DBAPIError` for driver errors (as the general path does); nothing is
+    written then.
+    """
+    with engine.connect() as sa:
+        raw: psycopg.Connection[Any] = sa.connection.driver_connection  # type: ignore[assignment]
+        try:
+            return _run(raw, w, verify)
+        except BaseException as exc:
+            with contextlib.suppress(psycopg.Error):
+                raw.rollback()
+            if raw.broken or raw.closed:
+                sa.invalidate()
+            if isinstance(exc, psycopg.IntegrityError):
+                raise IntegrityError("claim transaction", None, exc) from None
+            if isinstance(exc, psycopg.Error):
+                raise DBAPIError.instance(
+                    "claim transaction",
+                    None,
+                    exc,
+                    psycopg.Error,
+                    connection_invalidated=raw.broken or raw.closed,
+                ) from exc
+            raise
+
+
+def _run(
+    raw: psycopg.Connection[Any], w: ClaimWrites, verify: Callable[[ClaimRead], None]
+) -> list[int]:
+    with raw.pipeline() as pipe:
+        set_cur = [raw.execute(_SET_CAS, (gid, gen)) for gid, gen in w.sets]
+        host_cur = [raw.execute(_HOST_CAS, (k, h, gen)) for h, gen, k in w.hosts]
+        rows_cur = raw.execute(_ON_HOSTS, (list(w.verify_hosts),)) if w.verify_hosts else None
+        size_cur = {gid: raw.execute(_SET_SIZE, (gid,)) for gid in w.sized_sets}
+        ip_cur = [raw.execute(_TAKE_IPS, (n, net, n)) for net, n in w.networks]
+        pipe.sync()
+        read = ClaimRead()
+        for (gid, _), cur in zip(w.sets, set_cur, strict=True):
+            row = cur.fetchone()
+            if row is None:
+                raise GenerationConflictError("deployment set", gid)
+            read.sets[gid] = (int(row[0]), row[1], int(row[2]), row[3])
+        for (host, _, _), cur in zip(w.hosts, host_cur, strict=True):
+            if cur.fetchone() is None:
+                raise GenerationConflictError("host", host)
+        if rows_cur is not None:
+            read.rows = [(r[0], r[1], r[2]) for r in rows_cur.fetchall()]
+        for gid, cur in size_cur.items():
+            one = cur.fetchone()
+            read.sizes[gid] = int(one[0]) if one is not None else 0
+        verify(read)
+        for (net, n), cur in zip(w.networks, ip_cur, strict=True):
+            if cur.fetchone() is None:
+                raise PlanRejectedError(f"network {net!r} has no {n} free IPs")
+        with raw.cursor() as cur:
+            cur.executemany(
+                _INSTANCE,
+                [
+                    (
+                        i["id"],
+                        i["project"],
+                        i["flavor"],
+                        i["host"],
+                        i["cluster"],
+                        i["server_group"],
+                        Jsonb(i["placement"]),
+                        i["placement_id"],
+                        i["business_type"],
+                        i["preemptible"],
+                        i["migratable"],
+                        i["created_at"],
+                        i["network"],
+                    )
+                    for i in w.instances
+                ],
+            )
+        if w.idempotency is not None:
+            d = w.idempotency
+            raw.execute(
+                _IDEMPOTENCY,
+                (
+                    d["principal"],
+                    d["key"],
+                    d["request_hash"],
+                    d["status"],
+                    Jsonb(d["response"]),
+                    d["created_at"],
+                ),
+            )
+        if w.outcome is not None:
+            o = w.outcome
+            raw.execute(
+                _OUTCOME,
+                (
+                    o["ts"],
+                    o["day"],
+                    o["outcome"],
+                    o["reason"],
+                    o["flavor"],
+                    o["project"],
+                    o["num_instances"],
+                    o["latency_ms"],
+                ),
+            )
+        event_cur = raw.cursor()
+        if w.events:
+            event_cur.executemany(
+                _EVENT,
+                [(w.ts, k, h, g, w.replica, Jsonb(p)) for k, h, g, p in w.events],
+                returning=True,
+            )
+            raw.execute(_NOTIFY, (NOTIFY_CHANNEL, w.replica))
+        # COMMIT as a statement of the pipeline: the Sync that leaves the pipeline is then the
+        # second and last wait (conn.commit() would wait, and leaving would wait once more)
+        raw.execute("COMMIT")
+    ids: list[int] = []
+    if w.events:
+        while True:
+            one = event_cur.fetchone()
+            assert one is not None
+            ids.append(int(one[0]))
+            if not event_cur.nextset():
+                break
+    event_cur.close()
+    return ids
