@@ -7,6 +7,8 @@ are free. Moving the two instances of one host onto another frees a whole host: 
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,6 +26,7 @@ from berth.service.state import Replica, ServiceConfig
 from berth.store.audit import audit
 from berth.store.defrag import is_migration
 from berth.store.repo import Store
+from tests.service import servers
 from tests.service.test_sync import same_tables
 from tests.store.fleets import NOW, small_fleet
 
@@ -446,3 +449,56 @@ def test_states_and_unknown_things_answer_4xx(svc):
     listed = svc.get("/v1/defrag/plans", params={"state": "running"}).json()
     assert [p["id"] for p in listed] == [pid]
     assert listed[0]["steps"] is None
+
+
+def test_the_cli_drives_a_plan_on_a_real_server(tmp_path):
+    db = f"sqlite:///{tmp_path / 'berth.db'}"
+    seed = Store.open(db, replica="loader")
+    load_fleet_into(seed, fragmented_fleet(), {"c1": "r1"}, now=time.time())
+    token = seed.create_token("admin", "admin")[1]
+    seed.close()
+    server = servers.start(db, "defrag", tmp_path)
+    try:
+        servers.wait_ready([server])
+        common = ["--url", server.url, "--token", token]
+
+        def berth(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [servers.BERTH, "api", "defrag", *args, *common],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+
+        made = berth(
+            "create", "--cluster", "c1", "--flavor", "p8", "--max-migrations", "4", "--json"
+        )
+        assert made.returncode == 0, made.stderr
+        plan = json.loads(made.stdout)
+        shown = berth("show", plan["id"])
+        assert shown.returncode == 0, shown.stderr
+        assert "capacity p8" in shown.stdout
+        assert "pending" in shown.stdout
+        assert berth("execute", plan["id"], "--auto-confirm").returncode == 0
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # the service's driver thread carries it out
+            body = json.loads(berth("show", plan["id"], "--json").stdout)
+            if body["state"] == "done":
+                break
+            time.sleep(0.2)
+        assert body["state"] == "done", body
+        assert body["achieved"]["capacity"] == plan["after"]["capacity"]
+        assert plan["id"] in berth("list").stdout
+        other = json.loads(
+            berth("create", "--cluster", "c1", "--objective", "empty-hosts", "--json").stdout
+        )
+        cancelled = berth("cancel", other["id"], "--json")
+        assert json.loads(cancelled.stdout)["state"] == "cancelled"
+        assert "draining" in berth("drain", "h-c1-0").stdout
+        assert "not draining" in berth("drain", "h-c1-0", "--undo").stdout
+        bad = berth("create", "--cluster", "c1", "--flavor", "nope")
+        assert bad.returncode == 2
+        assert "unknown_flavor" in bad.stderr
+    finally:
+        server.stop()
