@@ -131,13 +131,14 @@ class TargetRules:
             instance_ids=(alloc.instance_id + "~migrating",),
         )
 
-    def mask(self, table: HostTable, alloc: Allocation) -> Mask:
-        """Every host that may take `alloc` now (the source excluded)."""
+    def static_mask(self, table: HostTable, alloc: Allocation) -> Mask:
+        """The part of `mask` that claims cannot change: the request-independent filters, the
+        zone, enabled, huge-page size, not blocked (cached per request shape; read only)."""
         request = self.request(table, alloc)
-        ctx = Context(table, request, table.demand(alloc.flavor), self.now)
         key = (alloc.flavor, alloc.server_group, alloc.project, request.availability_zone)
         static = self._static.get(key)
         if static is None:
+            ctx = Context(table, request, table.demand(alloc.flavor), self.now)
             static = ~self.blocked & table.enabled
             static &= table.zone == table.zone[table.index[alloc.host]]
             static &= table.page_size_ok(ctx.demand.spec)
@@ -145,7 +146,13 @@ class TargetRules:
                 if flt.static:
                     static &= flt.mask(ctx)
             self._static[key] = static
-        out = static & (table.resource_counts(alloc.flavor) >= 1)
+        return static
+
+    def mask(self, table: HostTable, alloc: Allocation) -> Mask:
+        """Every host that may take `alloc` now (the source excluded)."""
+        request = self.request(table, alloc)
+        ctx = Context(table, request, table.demand(alloc.flavor), self.now)
+        out = self.static_mask(table, alloc) & (table.resource_counts(alloc.flavor) >= 1)
         for flt in self.scheduler.filters:
             if not flt.static:
                 out &= flt.mask(ctx)
