@@ -15,7 +15,7 @@ from berth.core.config import profile
 from berth.core.defrag import Budget, Objective, Target, plan_defrag
 from berth.core.engine import FilterScheduler
 from berth.core.errors import ClaimError, SpecError
-from berth.core.model import GroupPolicy
+from berth.core.model import GroupPolicy, Instance
 from berth.core.resources import C_MEM, C_PCPU
 from berth.core.table import HostTable
 from berth.defrag.exact import exact_optimum, heuristic_gap, plan_value
@@ -94,7 +94,7 @@ def brute_force(table: HostTable, target: Target, budget: Budget) -> float:
 def _fleet(seed: int) -> HostTable:
     rng = np.random.default_rng(seed)
     hosts = [host(f"h{i}", cells=2, pcpus=4, mem=4096) for i in range(3)]
-    instances = []
+    instances: list[Instance] = []
     for i in range(4):
         for _ in range(20):
             h = f"h{rng.integers(3)}"
