@@ -246,14 +246,35 @@ def test_a_step_whose_target_was_filled_meanwhile_is_replanned_or_skipped(svc):
     step = body["steps"][0]
     assert step["planned_target"] == first["target"]
     assert "no longer fits" in step["reason"]
-    if step["state"] == "done":  # re-planned onto another host
-        assert step["target"] != first["target"]
-        assert step["replans"] >= 1
-        assert svc.store.get_instance(first["instance_id"]).host == step["target"]
-    else:
-        assert step["state"] == "skipped"
-        assert svc.store.get_instance(first["instance_id"]).host == first["source"]
+    assert step["state"] == "done"  # re-planned onto a host with room, not forced
+    assert step["target"] != first["target"]
+    assert step["replans"] == 1
+    assert step["target"] not in {s["source"] for s in plan["steps"]}  # never refills a source
+    assert svc.store.get_instance(first["instance_id"]).host == step["target"]
     assert body["state"] == "done"
+    assert audit(svc.store) == []
+    # the fourth host had the room the filled one lost: the plan still reaches its figures
+    assert body["achieved"]["capacity"] == plan["after"]["capacity"]
+    metrics = svc.client.get("/metrics").text
+    assert 'berth_defrag_migrations_total{outcome="replanned"}' in metrics
+
+
+def test_a_step_with_no_other_target_is_skipped_not_forced(svc):
+    plan = create(svc)
+    sources = {s["source"] for s in plan["steps"]}
+    for host in sorted(set(HOSTS) - sources):  # fill every host the plan does not empty
+        anchor = next(i for i, h in hosts_of(svc.store).items() if h == host)
+        while (
+            svc.post("/v1/placements", {"flavor": "p4", "same_host": [anchor]}).status_code == 201
+        ):
+            pass
+    svc.post(f"/v1/defrag/plans/{plan['id']}/execute", {"auto_confirm": True})
+    svc.defrag.run_until_idle()
+    body = svc.get(f"/v1/defrag/plans/{plan['id']}").json()
+    assert body["state"] == "done"
+    assert {s["state"] for s in body["steps"]} == {"skipped"}
+    assert all("no other host fits" in s["reason"] for s in body["steps"])
+    assert not any(is_migration(i.id) for i in svc.store.list_instances())
     assert audit(svc.store) == []
 
 

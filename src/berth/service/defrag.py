@@ -394,8 +394,12 @@ class DefragService:
         return False  # pragma: no cover - the loop returns once replans run out
 
     def _replan(self, plan: PlanRow, s: StepRow) -> tuple[str, dict[str, Any]] | None:
-        """A new (target, footprint) for the step on the replica's current table, or None."""
+        """A new (target, footprint) for the step on the replica's current table, or None.
+
+        Hosts the plan empties (the sources of its steps) are never chosen: refilling them
+        would undo what the plan is for."""
         r = self.replica
+        vacated = frozenset(st.source for st in self.store.steps(plan.id))
         r.sync()
         with r.lock:
             view = r.clusters.get(plan.cluster)
@@ -419,7 +423,9 @@ class DefragService:
             host_use=tuple(int(x) for x in host_use),
         )
         with self._planning:
-            new = replan_move(table, move, scheduler=self.scheduler, now=now, drain=drain)
+            new = replan_move(
+                table, move, scheduler=self.scheduler, now=now, exclude=vacated, drain=drain
+            )
         if new is None:
             return None
         fp = to_named(
