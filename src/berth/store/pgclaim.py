@@ -49,10 +49,9 @@ _SET_SIZE = "SELECT count(*) FROM instances WHERE server_group = %s"
 _TAKE_IPS = (
     "UPDATE ip_pools SET used = used + %s WHERE name = %s AND used + %s <= total RETURNING used"
 )
-_INSTANCE = (
-    "INSERT INTO instances (id, project, flavor, host, cluster, server_group, placement, "
-    "placement_id, business_type, preemptible, migratable, created_at, network) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+_INSTANCE_COLUMNS = (
+    "id, project, flavor, host, cluster, server_group, placement, placement_id, business_type, "
+    "preemptible, migratable, created_at, network"
 )
 _IDEMPOTENCY = (
     "INSERT INTO idempotency (principal, key, request_hash, status, response, created_at) "
@@ -62,13 +61,16 @@ _OUTCOME = (
     "INSERT INTO placement_outcomes (ts, day, outcome, reason, flavor, project, num_instances, "
     "latency_ms) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
 )
-_EVENT = (
-    "INSERT INTO events (ts, kind, host, generation, replica, payload) "
-    "VALUES (%s, %s, %s, %s, %s, %s) RETURNING id"
-)
 # payload "last id:replica" (as `Store._append`); currval is the id this session drew last,
 # i.e. that of the last event just inserted
 _NOTIFY = "SELECT pg_notify(%s, currval(pg_get_serial_sequence('events', 'id'))::text || ':' || %s)"
+
+
+def _rows(n: int, width: int) -> str:
+    """`(%s, ...), ...`: n rows of `width` parameters (one statement, whatever the count)."""
+    one = "(" + ", ".join(["%s"] * width) + ")"
+    return ", ".join([one] * n)
+
 
 EventItem = tuple[str, str | None, int | None, dict[str, Any]]
 
@@ -113,26 +115,28 @@ def commit(engine: Engine, w: ClaimWrites, verify: Callable[[ClaimRead], None]) 
     `IntegrityError` / `DBAPIError` for driver errors (as the general path does); nothing is
     written then.
     """
-    with engine.connect() as sa:
-        raw: psycopg.Connection[Any] = sa.connection.driver_connection  # type: ignore[assignment]
-        try:
-            return _run(raw, w, verify)
-        except BaseException as exc:
-            with contextlib.suppress(psycopg.Error):
-                raw.rollback()
-            if raw.broken or raw.closed:
-                sa.invalidate()
-            if isinstance(exc, psycopg.IntegrityError):
-                raise IntegrityError("claim transaction", None, exc) from None
-            if isinstance(exc, psycopg.Error):
-                raise DBAPIError.instance(
-                    "claim transaction",
-                    None,
-                    exc,
-                    psycopg.Error,
-                    connection_invalidated=raw.broken or raw.closed,
-                ) from exc
-            raise
+    pooled = engine.raw_connection()  # the driver's connection, no SQLAlchemy wrapper
+    raw: psycopg.Connection[Any] = pooled.driver_connection  # type: ignore[assignment]
+    try:
+        return _run(raw, w, verify)
+    except BaseException as exc:
+        with contextlib.suppress(psycopg.Error):
+            raw.rollback()
+        if raw.broken or raw.closed:
+            pooled.invalidate()
+        if isinstance(exc, psycopg.IntegrityError):
+            raise IntegrityError("claim transaction", None, exc) from None
+        if isinstance(exc, psycopg.Error):
+            raise DBAPIError.instance(
+                "claim transaction",
+                None,
+                exc,
+                psycopg.Error,
+                connection_invalidated=raw.broken or raw.closed,
+            ) from exc
+        raise
+    finally:
+        pooled.close()  # back to the pool
 
 
 def _run(
@@ -163,11 +167,13 @@ def _run(
         for (net, n), cur in zip(w.networks, ip_cur, strict=True):
             if cur.fetchone() is None:
                 raise PlanRejectedError(f"network {net!r} has no {n} free IPs")
-        with raw.cursor() as cur:
-            cur.executemany(
-                _INSTANCE,
+        if w.instances:
+            raw.execute(
+                f"INSERT INTO instances ({_INSTANCE_COLUMNS}) VALUES {_rows(len(w.instances), 13)}",
                 [
-                    (
+                    v
+                    for i in w.instances
+                    for v in (
                         i["id"],
                         i["project"],
                         i["flavor"],
@@ -182,7 +188,6 @@ def _run(
                         i["created_at"],
                         i["network"],
                     )
-                    for i in w.instances
                 ],
             )
         if w.idempotency is not None:
@@ -213,24 +218,18 @@ def _run(
                     o["latency_ms"],
                 ),
             )
-        event_cur = raw.cursor()
+        event_cur = None
         if w.events:
-            event_cur.executemany(
-                _EVENT,
-                [(w.ts, k, h, g, w.replica, Jsonb(p)) for k, h, g, p in w.events],
-                returning=True,
+            # one multi-row INSERT: its rows are inserted, and their ids drawn, in VALUES order
+            event_cur = raw.execute(
+                "INSERT INTO events (ts, kind, host, generation, replica, payload) "
+                f"VALUES {_rows(len(w.events), 6)} RETURNING id",
+                [v for k, h, g, p in w.events for v in (w.ts, k, h, g, w.replica, Jsonb(p))],
             )
             raw.execute(_NOTIFY, (NOTIFY_CHANNEL, w.replica))
         # COMMIT as a statement of the pipeline: the Sync that leaves the pipeline is then the
         # second and last wait (conn.commit() would wait, and leaving would wait once more)
         raw.execute("COMMIT")
-    ids: list[int] = []
-    if w.events:
-        while True:
-            one = event_cur.fetchone()
-            assert one is not None
-            ids.append(int(one[0]))
-            if not event_cur.nextset():
-                break
-    event_cur.close()
-    return ids
+    if event_cur is None:
+        return []
+    return sorted(int(r[0]) for r in event_cur.fetchall())
