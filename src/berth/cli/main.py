@@ -342,6 +342,7 @@ def demo(
 
 # ---------------------------------------------------------------------------- subcommands
 # Command groups that live in their own modules register themselves here, one line each.
+from berth.cli.defrag import register as _register_defrag  # noqa: E402
 from berth.cli.schedule import register as _register_schedule  # noqa: E402
 from berth.cli.service import db_load_demo as _db_load_demo  # noqa: E402
 from berth.cli.service import register as _register_service  # noqa: E402
@@ -350,6 +351,7 @@ from berth.cli.simulate import register as _register_simulate  # noqa: E402
 _register_service(app)
 _register_schedule(app)
 _register_simulate(app)
+_register_defrag(app)
 demo_app.command("load")(_db_load_demo)  # `berth demo load` = `berth db load-demo`
 
 

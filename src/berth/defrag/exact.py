@@ -60,8 +60,9 @@ I64 = npt.NDArray[np.int64]
 class ExactResult:
     value: float
     """Objective of the best final state found (weighted capacity, or empty hosts)."""
-    bound: float
-    """Upper bound on the objective within the budget (= value when `optimal`)."""
+    bound: float | None
+    """Upper bound on the objective within the budget (= value when `optimal`; None when the
+    solver stopped without one)."""
     optimal: bool
     moved: int
     placement: dict[str, str] = field(default_factory=dict)
@@ -71,8 +72,11 @@ class ExactResult:
     status: str = ""
 
 
-def heuristic_gap(exact: ExactResult, heuristic: float) -> float:
-    """(bound - heuristic) / bound: the share of the best objective the heuristic misses."""
+def heuristic_gap(exact: ExactResult, heuristic: float) -> float | None:
+    """(bound - heuristic) / bound: the share of the best objective the heuristic may miss
+    (the true gap when the optimum was proven; None without a bound)."""
+    if exact.bound is None:
+        return None
     if exact.bound <= 0:
         return 0.0
     return max(0.0, (exact.bound - heuristic) / exact.bound)
@@ -323,15 +327,17 @@ def exact_optimum(
 
     result = _solve(model, time_limit)
     if result is None:
-        return ExactResult(0.0, 0.0, False, 0, status="no solution")
+        return ExactResult(0.0, None, False, 0, status="no solution")
     sol, optimal, dual, status = result
     drained = -sum(round(sol[x]) for x in drain_terms) + len(drain_terms)
     objective = float(np.dot(model.cost, sol)) + reward * (len(drain_terms) - drained)
-    bound = dual + reward * (len(drain_terms) - drained) if not optimal else objective
+    bound: float | None = objective
+    if not optimal:
+        bound = dual + reward * (len(drain_terms) - drained) if np.isfinite(dual) else None
     moved = {options_of[x] for x in options_of if sol[x] > 0.5}
     return ExactResult(
         value=round(objective, 9),
-        bound=round(max(bound, objective), 9),
+        bound=None if bound is None else round(max(bound, objective), 9),
         optimal=optimal,
         moved=len(moved),
         placement=dict(moved),

@@ -1,0 +1,218 @@
+"""`berth defrag plan`: an offline defragmentation plan for a fleet snapshot (docs/defrag.md).
+
+Reads the fleet, plans live migrations towards the target within the budget with the core's
+heuristic (optionally also solving the exact optimum for the gap), and prints the moves and the
+before/after figures, or the plan as JSON. Nothing is written back to the fleet. Exit codes as
+everywhere in `berth`: 0 done, 2 bad input (one line naming the option or field).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import numpy as np
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from berth.core.config import PROFILES, profile
+from berth.core.defrag import Budget, Objective, Plan, Target, plan_defrag
+from berth.core.engine import FilterScheduler
+from berth.core.errors import BerthError
+from berth.core.table import HostTable
+from berth.fleet.io import describe_validation_error, load_fleet
+
+out = Console()
+err = Console(stderr=True)
+
+EXIT_BAD_INPUT = 2
+
+
+def _fail(message: str) -> NoReturn:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def _target(
+    table: HostTable,
+    objective: str,
+    flavors: list[str],
+    weights: list[float],
+    drain: list[str],
+) -> Target:
+    try:
+        kind = Objective(objective)
+    except ValueError:
+        _fail(f"--target: {objective!r} is not one of {', '.join(o.value for o in Objective)}")
+    for name in flavors:
+        if name not in table.flavors:
+            _fail(f"--flavor: unknown flavor {name!r}")
+    for name in drain:
+        if name not in table.index:
+            _fail(f"--drain: unknown host {name!r}")
+    if kind is Objective.EMPTY_HOSTS and flavors:
+        _fail("--flavor: the empty-hosts target takes no flavors")
+    if weights and len(weights) != len(flavors):
+        _fail("--weight: give one weight per --flavor")
+    try:
+        return Target(
+            objective=kind,
+            flavors=tuple(flavors),
+            weights=tuple(weights) if weights else None,
+            drain=tuple(drain),
+        )
+    except ValidationError as exc:
+        _fail(describe_validation_error(exc).replace("flavors:", "--flavor:"))
+
+
+def _budget(budget: int, per_host: int | None, concurrent: int) -> Budget:
+    try:
+        return Budget(max_migrations=budget, max_per_host=per_host, max_concurrent=concurrent)
+    except ValidationError as exc:
+        names = {"max_migrations": "--budget", "max_per_host": "--per-host"}
+        names["max_concurrent"] = "--concurrent"
+        loc = str(exc.errors()[0]["loc"][0])
+        _fail(f"{names.get(loc, loc)}: {exc.errors()[0]['msg']}")
+
+
+def _print_moves(plan: Plan, table: HostTable) -> None:
+    if not plan.moves:
+        out.print("no migration improves the target within the budget", highlight=False)
+        return
+    moves = Table(title=f"{len(plan.moves)} live migrations in {plan.moves[-1].wave + 1} waves")
+    for column in ("step", "wave", "instance", "flavor", "from", "to", "cells"):
+        moves.add_column(column, justify="right" if column in ("step", "wave") else "left")
+    for m in plan.moves:
+        d = table.demand(m.flavor)
+        cells = d.cells_used(np.array(m.cell_use, dtype=np.int64))
+        where = ", ".join(f"{c}: {v} CPU {mb} MB" for c, v, mb in cells) or "-"
+        moves.add_row(str(m.step), str(m.wave), m.instance_id, m.flavor, m.source, m.target, where)
+    out.print(moves)
+
+
+def _print_figures(plan: Plan, exact: dict[str, Any] | None) -> None:
+    figures = Table(title="before and after")
+    for column in ("figure", "before", "after"):
+        figures.add_column(column, justify="left" if column == "figure" else "right")
+    b, a = plan.before, plan.after
+    for flavor in plan.target.flavors:
+        figures.add_row(f"capacity {flavor}", str(b.capacity[flavor]), str(a.capacity[flavor]))
+    for flavor in plan.target.flavors:
+        figures.add_row(
+            f"fragmentation {flavor}",
+            f"{b.fragmentation[flavor]:.1%}",
+            f"{a.fragmentation[flavor]:.1%}",
+        )
+    figures.add_row("empty hosts", str(b.empty_hosts), str(a.empty_hosts))
+    if plan.target.drain:
+        figures.add_row("instances left on drain hosts", str(b.drained_left), str(a.drained_left))
+    figures.add_row("migrations", "", f"{plan.migrations} of {plan.budget.max_migrations}")
+    if exact is not None:
+        state = "optimal" if exact["optimal"] else "best found"
+        figures.add_row(f"exact objective ({state})", "", f"{exact['value']:g}")
+        bound = exact["bound"]
+        figures.add_row("upper bound", "", "unknown" if bound is None else f"{bound:g}")
+        figures.add_row("heuristic objective", "", f"{exact['heuristic']:g}")
+        gap = exact["gap"]
+        figures.add_row("gap to the bound", "", "unknown" if gap is None else f"{gap:.1%}")
+    out.print(figures)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `berth defrag plan` to the CLI."""
+    defrag_app = typer.Typer(help="Defragmentation: plan live migrations (docs/defrag.md).")
+    app.add_typer(defrag_app, name="defrag")
+
+    @defrag_app.command("plan")
+    def plan(
+        fleet: Annotated[Path, typer.Option("--fleet", "-f", help="Fleet snapshot (YAML/JSON).")],
+        budget: Annotated[int, typer.Option("--budget", help="Most migrations in the plan.")],
+        target: Annotated[
+            str, typer.Option("--target", help="capacity (of --flavor ...) or empty-hosts.")
+        ] = "capacity",
+        flavor: Annotated[
+            list[str] | None,
+            typer.Option("--flavor", help="A flavor whose capacity to restore (repeat)."),
+        ] = None,
+        weight: Annotated[
+            list[float] | None,
+            typer.Option("--weight", help="One weight per --flavor (default 1 each)."),
+        ] = None,
+        drain: Annotated[
+            list[str] | None,
+            typer.Option("--drain", help="A host to empty and never target (repeat)."),
+        ] = None,
+        per_host: Annotated[
+            int | None, typer.Option("--per-host", help="Most moves touching one host.")
+        ] = None,
+        concurrent: Annotated[
+            int, typer.Option("--concurrent", help="Moves in flight at once (wave size).")
+        ] = 1,
+        profile_name: Annotated[
+            str, typer.Option("--profile", "-p", help=f"Scheduler profile: {', '.join(PROFILES)}.")
+        ] = "berth",
+        exact: Annotated[
+            bool, typer.Option("--exact", help="Also solve the exact optimum (small fleets).")
+        ] = False,
+        time_limit: Annotated[
+            float, typer.Option("--time-limit", help="Seconds for the exact solver.")
+        ] = 60.0,
+        seed: Annotated[int, typer.Option("--seed", help="Tie-breaking seed.")] = 0,
+        now: Annotated[
+            float | None,
+            typer.Option(help="Reference time for heartbeats (epoch s). Default: fleet's `now`."),
+        ] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+        out_path: Annotated[
+            Path | None, typer.Option("--out", "-o", help="Also write the plan JSON here.")
+        ] = None,
+    ) -> None:
+        """Plan live migrations that restore large-flavor capacity or empty hosts."""
+        try:
+            snapshot = load_fleet(fleet)
+            table = HostTable.from_fleet(snapshot)
+            scheduler = FilterScheduler.from_config(profile(profile_name))
+        except BerthError as exc:
+            _fail(str(exc).replace("unknown profile", "--profile: unknown profile"))
+        goal = _target(table, target, flavor or [], weight or [], drain or [])
+        limits = _budget(budget, per_host, concurrent)
+        when = now if now is not None else snapshot.now if snapshot.now is not None else time.time()
+        try:
+            started = time.perf_counter()
+            result = plan_defrag(table, goal, limits, scheduler=scheduler, now=when, seed=seed)
+            elapsed = time.perf_counter() - started
+            exact_info = None
+            if exact:
+                from berth.defrag.exact import exact_optimum, heuristic_gap, plan_value
+
+                best = exact_optimum(
+                    table, goal, limits, scheduler=scheduler, now=when, time_limit=time_limit
+                )
+                exact_info = {
+                    "value": best.value,
+                    "bound": best.bound,
+                    "optimal": best.optimal,
+                    "moved": best.moved,
+                    "heuristic": plan_value(result),
+                    "gap": heuristic_gap(best, plan_value(result)),
+                }
+        except BerthError as exc:
+            _fail(str(exc))
+        data = result.model_dump(mode="json")
+        if out_path is not None:
+            try:
+                out_path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+            except OSError as exc:
+                _fail(f"--out: cannot write {out_path} ({exc.strerror})")
+        if as_json:
+            payload = data if exact_info is None else {"plan": data, "exact": exact_info}
+            sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+            return
+        _print_moves(result, table)
+        _print_figures(result, exact_info)
+        out.print(f"planned in {elapsed * 1000:.0f} ms", highlight=False)

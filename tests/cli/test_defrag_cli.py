@@ -1,0 +1,114 @@
+"""`berth defrag plan` through Typer's runner on real fleet files and the real planner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from berth.cli.main import app
+from berth.core.defrag import Plan, check_plan
+from berth.core.table import HostTable
+from berth.fleet.io import dump_fleet, load_fleet
+from tests.builders import NOW, flavor, fleet, host, instance
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def fragmented(tmp_path: Path) -> Path:
+    """Three 8-CPU hosts; a and b each hold one small VM, c two: two moves free two hosts."""
+    path = tmp_path / "fleet.yaml"
+    hosts = [host(h, vcpus=8, mem=8192) for h in ("a", "b", "c")]
+    flavors = [
+        flavor("small", vcpus=2, mem=2048),
+        flavor("tiny", vcpus=1, mem=1024),
+        flavor("large", vcpus=8, mem=8192),
+    ]
+    instances = [
+        instance("s1", "a", "small"),
+        instance("t1", "b", "tiny"),
+        instance("m1", "c", "small").model_copy(update={"migratable": False}),
+        instance("m2", "c", "small").model_copy(update={"migratable": False}),
+    ]
+    dump_fleet(fleet(hosts, flavors, instances).model_copy(update={"now": NOW}), path)
+    return path
+
+
+def plan_args(path: Path, *extra: str) -> list[str]:
+    return ["defrag", "plan", "--fleet", str(path), *extra]
+
+
+def test_plan_json_is_a_valid_plan(fragmented: Path, tmp_path: Path) -> None:
+    out = tmp_path / "plan.json"
+    args = plan_args(fragmented, "--flavor", "large", "--budget", "2", "--json", "--out", str(out))
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    plan = Plan.model_validate(json.loads(result.stdout))
+    assert [(m.instance_id, m.source, m.target) for m in plan.moves] == [
+        ("t1", "b", "c"),
+        ("s1", "a", "c"),
+    ]
+    assert (plan.before.capacity, plan.after.capacity) == ({"large": 0}, {"large": 2})
+    assert Plan.model_validate_json(out.read_text()) == plan
+    check_plan(HostTable.from_fleet(load_fleet(fragmented)), plan)
+
+
+def test_plan_tables(fragmented: Path) -> None:
+    args = plan_args(fragmented, "--flavor", "large", "--budget", "1", "--concurrent", "2")
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    assert "1 live migrations in 1 waves" in text
+    assert "t1" in text
+    assert "capacity large" in text
+    assert "1 of 1" in text
+
+
+def test_exact_reports_the_gap(fragmented: Path) -> None:
+    args = plan_args(fragmented, "--flavor", "large", "--budget", "2", "--exact", "--json")
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["exact"]["value"] == 2.0
+    assert data["exact"]["optimal"] is True
+    assert data["exact"]["gap"] == 0.0
+    assert Plan.model_validate(data["plan"]).after.capacity == {"large": 2}
+    table = runner.invoke(app, args[:-1])
+    assert "gap to the bound" in table.stdout
+
+
+def test_empty_hosts_and_drain(fragmented: Path) -> None:
+    args = plan_args(fragmented, "--target", "empty-hosts", "--drain", "a", "--budget", "3")
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    plan = Plan.model_validate(json.loads(result.stdout))
+    assert plan.after.drained_left == 0
+    assert all(m.target != "a" for m in plan.moves)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--flavor", "nope", "--budget", "1"], "--flavor: unknown flavor 'nope'"),
+        (["--flavor", "large", "--drain", "zz", "--budget", "1"], "--drain: unknown host 'zz'"),
+        (["--budget", "1"], "--flavor: the capacity objective needs at least one flavor"),
+        (["--target", "tidy", "--budget", "1"], "--target: 'tidy' is not one of"),
+        (["--flavor", "large", "--budget", "-1"], "--budget:"),
+        (["--flavor", "large", "--budget", "1", "--concurrent", "0"], "--concurrent:"),
+        (["--flavor", "large", "--budget", "1", "--profile", "x"], "unknown profile 'x'"),
+        (["--flavor", "large", "--weight", "1", "--weight", "2", "--budget", "1"], "--weight:"),
+    ],
+)
+def test_bad_input_names_the_option(fragmented: Path, extra: list[str], message: str) -> None:
+    result = runner.invoke(app, plan_args(fragmented, *extra))
+    assert result.exit_code == 2
+    assert message in result.stderr.replace("\n", " ")
+
+
+def test_missing_fleet_file_is_named(tmp_path: Path) -> None:
+    result = runner.invoke(app, plan_args(tmp_path / "none.yaml", "--flavor", "x", "--budget", "1"))
+    assert result.exit_code == 2
+    assert "none.yaml" in result.stderr
