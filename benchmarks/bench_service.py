@@ -119,7 +119,10 @@ def _database(config: str, workdir: Path) -> Iterator[str]:
         admin.dispose()
 
 
-def _start(url: str, name: str, workdir: Path, subset: int) -> tuple[subprocess.Popen[bytes], str]:
+def _start(
+    url: str, name: str, workdir: Path, subset: int, src: Path | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Start one `berth serve` replica; with `src`, the package comes from that source tree."""
     port = _free_port()
     log = (workdir / f"{name}.log").open("wb")
     command = [BERTH, "serve", "--db", url, "--port", str(port), "--replica-id", name]
@@ -128,11 +131,10 @@ def _start(url: str, name: str, workdir: Path, subset: int) -> tuple[subprocess.
         command += ["--host-subset-size", str(subset)]
     else:  # the replica-spread weigher instead
         command += ["--replica-spread", os.environ.get("BERTH_BENCH_SPREAD", "2.0")]
-    proc = subprocess.Popen(
-        command,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    env = dict(os.environ)
+    if src is not None:  # ahead of the editable install of this checkout
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src), env.get("PYTHONPATH")]))
+    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -167,14 +169,21 @@ def _scrape(base: str) -> tuple[float, float, int]:
     )
 
 
-def run(config: str, replicas: int, requests: int, clients: int, subset: int = 1) -> Result:
+def run(
+    config: str,
+    replicas: int,
+    requests: int,
+    clients: int,
+    subset: int = 1,
+    src: Path | None = None,
+) -> Result:
     with tempfile.TemporaryDirectory(prefix="berth-bench-") as tmp:
         workdir = Path(tmp)
         with _database(config, workdir) as url:
             store = Store.open(url, replica="bench")
             load_demo(store)
             _, token = store.create_token("bench", "admin")
-            procs = [_start(url, f"r{i}", workdir, subset) for i in range(replicas)]
+            procs = [_start(url, f"r{i}", workdir, subset, src) for i in range(replicas)]
             try:
                 lat: list[float] = []
                 failures = [0]
@@ -275,7 +284,13 @@ def write_report(path: Path, rows: list[dict[str, Any]], args: argparse.Namespac
         "",
         f"- Date: {now}",
         f"- Command: `{shlex.join(['.venv/bin/python', *sys.argv])}`",
-        f"- Source: commit {commit}",
+        f"- Source: commit {commit}"
+        + (
+            f"; rows marked ({args.baseline_label}) ran the replicas from another source tree "
+            "(`--baseline`), interleaved with this one's"
+            if args.baseline is not None
+            else ""
+        ),
         f"- Machine: {_machine()}",
         f"- Python {platform.python_version()}; PostgreSQL {_pg_version()} on the same machine; "
         "SQLite WAL, synchronous=NORMAL",
@@ -342,6 +357,14 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--configs", default="sqlite,pg1,pg2,pg2-subset4,pg2-spread")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/service.md")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="the src/ directory of another source tree (e.g. `git archive OLD src`): every "
+        "configuration runs on it first, then on this checkout, for a before/after in one run",
+    )
+    parser.add_argument("--baseline-label", default="before", help="names the baseline rows")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each configuration")
     args = parser.parse_args()
     plan = {
         "sqlite": ("sqlite", 1, 1),
@@ -352,14 +375,23 @@ def main() -> None:
         "pg3": ("pg", 3, 1),
     }
     rows = []
-    for name in args.configs.split(","):
+    trees: list[tuple[str, Path | None]] = [("", None)]
+    if args.baseline is not None:
+        trees.insert(0, (f" ({args.baseline_label})", args.baseline.resolve()))
+    runs = [
+        (name, label, src)
+        for name in args.configs.split(",")
+        for _ in range(args.repeat)
+        for label, src in trees  # interleaved: load drifts alike for both trees
+    ]
+    for name, label, src in runs:
         config, replicas, subset = plan[name]
-        result = run(config, replicas, args.requests, args.clients, subset)
+        result = run(config, replicas, args.requests, args.clients, subset, src)
         row = result.row()
-        row["config"] = name
+        row["config"] = name + label
         rows.append(row)
         print(
-            f"{name:12s} {row['placements_per_s']:7.1f}/s  "
+            f"{row['config']:20s} {row['placements_per_s']:7.1f}/s  "
             f"per replica {row['per_replica_per_s']:7.1f}"
             f"  p50 {row['p50_ms']:6.2f} ms  p99 {row['p99_ms']:7.2f} ms  "
             f"decision {row['decision_ms_mean']:.3f} ms  failed {row['failures']}  "

@@ -61,9 +61,10 @@ _OUTCOME = (
     "INSERT INTO placement_outcomes (ts, day, outcome, reason, flavor, project, num_instances, "
     "latency_ms) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
 )
-# payload "last id:replica" (as `Store._append`); currval is the id this session drew last,
-# i.e. that of the last event just inserted
-_NOTIFY = "SELECT pg_notify(%s, currval(pg_get_serial_sequence('events', 'id'))::text || ':' || %s)"
+# payload "last id:replica", as `Store._append` sends
+_IDS_AND_NOTIFY = (
+    " SELECT array_agg(id ORDER BY id), pg_notify(%s, max(id)::text || ':' || %s) FROM e"
+)
 
 
 def _rows(n: int, width: int) -> str:
@@ -167,69 +168,74 @@ def _run(
         for (net, n), cur in zip(w.networks, ip_cur, strict=True):
             if cur.fetchone() is None:
                 raise PlanRejectedError(f"network {net!r} has no {n} free IPs")
+        # the writes as one statement: the inserts as data-modifying CTEs (each runs exactly
+        # once), the events' ids and the NOTIFY from the last one
+        parts: list[str] = []
+        params: list[Any] = []
         if w.instances:
-            raw.execute(
-                f"INSERT INTO instances ({_INSTANCE_COLUMNS}) VALUES {_rows(len(w.instances), 13)}",
-                [
-                    v
-                    for i in w.instances
-                    for v in (
-                        i["id"],
-                        i["project"],
-                        i["flavor"],
-                        i["host"],
-                        i["cluster"],
-                        i["server_group"],
-                        Jsonb(i["placement"]),
-                        i["placement_id"],
-                        i["business_type"],
-                        i["preemptible"],
-                        i["migratable"],
-                        i["created_at"],
-                        i["network"],
-                    )
-                ],
+            parts.append(
+                f"i AS (INSERT INTO instances ({_INSTANCE_COLUMNS}) "
+                f"VALUES {_rows(len(w.instances), 13)})"
             )
+            params += [
+                v
+                for i in w.instances
+                for v in (
+                    i["id"],
+                    i["project"],
+                    i["flavor"],
+                    i["host"],
+                    i["cluster"],
+                    i["server_group"],
+                    Jsonb(i["placement"]),
+                    i["placement_id"],
+                    i["business_type"],
+                    i["preemptible"],
+                    i["migratable"],
+                    i["created_at"],
+                    i["network"],
+                )
+            ]
         if w.idempotency is not None:
             d = w.idempotency
-            raw.execute(
-                _IDEMPOTENCY,
-                (
-                    d["principal"],
-                    d["key"],
-                    d["request_hash"],
-                    d["status"],
-                    Jsonb(d["response"]),
-                    d["created_at"],
-                ),
-            )
+            parts.append(f"k AS ({_IDEMPOTENCY})")
+            params += [
+                d["principal"],
+                d["key"],
+                d["request_hash"],
+                d["status"],
+                Jsonb(d["response"]),
+                d["created_at"],
+            ]
         if w.outcome is not None:
             o = w.outcome
-            raw.execute(
-                _OUTCOME,
-                (
-                    o["ts"],
-                    o["day"],
-                    o["outcome"],
-                    o["reason"],
-                    o["flavor"],
-                    o["project"],
-                    o["num_instances"],
-                    o["latency_ms"],
-                ),
-            )
-        event_cur = None
+            parts.append(f"o AS ({_OUTCOME})")
+            params += [
+                o["ts"],
+                o["day"],
+                o["outcome"],
+                o["reason"],
+                o["flavor"],
+                o["project"],
+                o["num_instances"],
+                o["latency_ms"],
+            ]
+        write_cur = None
         if w.events:
-            # one multi-row INSERT: its rows are inserted, and their ids drawn, in VALUES order
-            event_cur = raw.execute(
-                "INSERT INTO events (ts, kind, host, generation, replica, payload) "
-                f"VALUES {_rows(len(w.events), 6)} RETURNING id",
-                [v for k, h, g, p in w.events for v in (w.ts, k, h, g, w.replica, Jsonb(p))],
+            # a multi-row INSERT inserts its rows, and draws their ids, in VALUES order
+            parts.append(
+                "e AS (INSERT INTO events (ts, kind, host, generation, replica, payload) "
+                f"VALUES {_rows(len(w.events), 6)} RETURNING id)"
             )
-            raw.execute(_NOTIFY, (NOTIFY_CHANNEL, w.replica))
+            params += [v for k, h, g, p in w.events for v in (w.ts, k, h, g, w.replica, Jsonb(p))]
+            params += [NOTIFY_CHANNEL, w.replica]
+            write_cur = raw.execute("WITH " + ", ".join(parts) + _IDS_AND_NOTIFY, params)
+        elif parts:
+            raw.execute("WITH " + ", ".join(parts) + " SELECT 1", params)
         # COMMIT as a statement of the pipeline: the Sync that leaves the pipeline is then the
         # second and last wait (conn.commit() would wait, and leaving would wait once more)
         raw.execute("COMMIT")
-    if event_cur is None:
+    if write_cur is None:
         return []
-    return sorted(int(r[0]) for r in event_cur.fetchall())
+    row = write_cur.fetchone()
+    return sorted(int(i) for i in row[0]) if row is not None else []
