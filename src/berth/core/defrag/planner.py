@@ -127,10 +127,12 @@ class _Planner:
         rows = np.flatnonzero(mask)
         if rows.size == 0:
             return None
+        # narrow step by step (cheaper than sorting every allowed host)
         loss = self.loss(alloc.flavor)[rows]
+        rows = rows[loss <= loss.min() + _EPS]
         fit = work.resource_counts(alloc.flavor)[rows]
-        best = np.lexsort((self.tie[rows], fit, np.round(loss, 9)))[0]
-        return int(rows[best])
+        rows = rows[fit == fit.min()]
+        return int(rows[np.argmin(self.tie[rows])])
 
     def move(self, alloc: Allocation, row: int) -> None:
         work = self.work
