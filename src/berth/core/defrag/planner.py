@@ -79,6 +79,9 @@ class _Planner:
         self.is_source = np.zeros(n, dtype=bool)
         self.is_target = np.zeros(n, dtype=bool)
         self.steps: list[_Step] = []
+        self.exclusive = True
+        """Donors and receivers apart: sources are never targets and targets never sources
+        (the first pass; a second one, with the budget left, mixes them)."""
         self.per_host = budget.max_per_host if budget.max_per_host is not None else 1 << 40
         self.movable: dict[int, list[str]] = {}
         self.pinned = np.zeros(n, dtype=bool)
@@ -123,7 +126,9 @@ class _Planner:
     def best_target(self, alloc: Allocation) -> int | None:
         """The allowed host losing the least objective; then the tightest fit; then the seed."""
         work = self.work
-        mask = self.rules.mask(work, alloc) & ~self.is_source & (self.touches < self.per_host)
+        mask = self.rules.mask(work, alloc) & (self.touches < self.per_host)
+        if self.exclusive:
+            mask &= ~self.is_source
         rows = np.flatnonzero(mask)
         if rows.size == 0:
             return None
@@ -205,15 +210,18 @@ class _Planner:
             self.movable.pop(row, None)
 
     def candidates(self) -> Mask:
+        """Hosts with instances that may still move (each instance moves at most once)."""
         n = len(self.work)
         has = np.zeros(n, dtype=bool)
-        has[list(self.movable)] = True
-        return has & ~self.drain & ~self.is_source & ~self.is_target
+        has[[r for r, ids in self.movable.items() if ids]] = True
+        if self.exclusive:
+            has &= ~self.is_source & ~self.is_target
+        return has & ~self.drain
 
     def empty_hosts(self) -> None:
         """Evacuate whole hosts, fewest instances first (then least used), while it pays."""
         work = self.work
-        rows = np.flatnonzero(self.candidates() & ~self.pinned)
+        rows = np.flatnonzero(self.candidates() & ~self.pinned & ~self.is_target)
         used = numa_load(work)[rows]
         order = np.lexsort((self.tie[rows], used, work.n_instances[rows]))
         for row in rows[order]:
@@ -241,7 +249,7 @@ class _Planner:
         heapq.heapify(heap)
         while heap and self.left() > 0:
             _, used, tie, row = heapq.heappop(heap)
-            if self.is_source[row] or self.is_target[row]:
+            if self.exclusive and (self.is_source[row] or self.is_target[row]):
                 continue
             limit = min(self.left(), int(self.per_host - self.touches[row]))
             ids, gain = self.best_subset(row, limit)
@@ -251,7 +259,9 @@ class _Planner:
             if heap and ratio < -heap[0][0] - _EPS:
                 heapq.heappush(heap, (-ratio, used, tie, row))
                 continue
-            self.try_moves(row, ids, need_all=False)
+            kept = self.try_moves(row, ids, need_all=False) is not None
+            if kept and not self.exclusive and self.movable.get(row):
+                heapq.heappush(heap, (-ratio, used, tie, row))  # it may pay again; re-checked
 
     def estimates(self, rows: I64) -> F64:
         """Per candidate host: gain per migration of emptying it of its movable instances, or
@@ -415,6 +425,8 @@ def plan_defrag(
     if target.objective is Objective.EMPTY_HOSTS:
         planner.empty_hosts()
     elif target.flavors:
+        planner.capacity()
+        planner.exclusive = False
         planner.capacity()
     moves = _waves(table, planner.steps, budget, planner.rules)
     touched = sorted({h for m in moves for h in (m.source, m.target)})
