@@ -46,6 +46,7 @@ SCHED = FilterScheduler.from_config(profile("berth"))
 def plan(table: HostTable, target: Target, budget: Budget, **kw: Any) -> Plan:
     out = plan_defrag(table, target, budget, scheduler=SCHED, now=NOW, **kw)
     check_plan(table, out)
+    check_plan(table, out, scheduler=SCHED, now=NOW)
     return out
 
 
@@ -433,6 +434,16 @@ def test_check_plan_refuses_not_migratable_and_drain_targets() -> None:
     p = p.model_copy(update={"target": Target(flavors=("large",), drain=("b",))})
     with pytest.raises(PlanError, match="'b' is being drained"):
         check_plan(table, p)
+
+
+def test_check_plan_with_a_scheduler_applies_its_filters() -> None:
+    hosts = [host("a", vcpus=8, mem=8192, traits=["CUSTOM_X"]), host("b", vcpus=8, mem=8192)]
+    flavors = [flavor("sx", vcpus=2, mem=2048, required=["CUSTOM_X"]), LARGE]
+    table = table_of(hosts, flavors, [instance("x1", "a", "sx")])
+    p = _plan_of(table, [_move(table, "x1", "b")])
+    check_plan(table, p)  # resources alone allow it
+    with pytest.raises(PlanError, match="does not pass the scheduler's filters"):
+        check_plan(table, p, scheduler=SCHED, now=NOW)
 
 
 def test_check_plan_counts_anti_affinity_in_flight() -> None:

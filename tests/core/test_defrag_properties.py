@@ -155,6 +155,7 @@ def test_every_plan_is_valid_and_applies_exactly(
     plan = plan_defrag(table, target, budget, scheduler=scheduler, now=NOW, seed=seed)
     assert_unchanged(table, before)
     check_plan(table, plan)
+    check_plan(table, plan, scheduler=scheduler, now=NOW)
     assert_unchanged(table, before)
     assert plan.before == measure(table, target, scheduler=scheduler, now=NOW)
 

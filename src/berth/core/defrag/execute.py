@@ -11,7 +11,14 @@ import numpy as np
 
 from berth.core.defrag.journal import Journal
 from berth.core.defrag.model import Move, Plan
-from berth.core.defrag.rules import PlanError, anti_affinity_ok, footprint_error, immovable
+from berth.core.defrag.rules import (
+    PlanError,
+    TargetRules,
+    anti_affinity_ok,
+    footprint_error,
+    immovable,
+)
+from berth.core.engine import FilterScheduler
 from berth.core.errors import ClaimError
 from berth.core.table import HostTable
 
@@ -29,7 +36,13 @@ def waves(moves: Sequence[Move]) -> list[list[Move]]:
     return out
 
 
-def _claim(table: HostTable, journal: Journal, move: Move, drain: Iterable[str]) -> None:
+def _claim(
+    table: HostTable,
+    journal: Journal,
+    move: Move,
+    drain: Iterable[str],
+    rules: TargetRules | None,
+) -> None:
     step = move.step
     alloc = table.allocations.get(move.instance_id)
     if alloc is None:
@@ -62,6 +75,12 @@ def _claim(table: HostTable, journal: Journal, move: Move, drain: Iterable[str])
             f"target host {move.target!r} already holds the most members of anti-affinity "
             f"group {alloc.server_group!r}",
         )
+    if rules is not None and not rules.mask(table, alloc)[row]:
+        raise PlanError(
+            step,
+            f"target host {move.target!r} does not pass the scheduler's filters for instance "
+            f"{move.instance_id!r} (flavor {alloc.flavor!r})",
+        )
     cell_use = np.array(move.cell_use, dtype=np.int64)
     host_use = np.array(move.host_use, dtype=np.int64)
     bad = footprint_error(table, move.flavor, cell_use, host_use)
@@ -73,8 +92,16 @@ def _claim(table: HostTable, journal: Journal, move: Move, drain: Iterable[str])
         raise PlanError(step, str(exc)) from None
 
 
-def run(table: HostTable, journal: Journal, moves: Sequence[Move], drain: Iterable[str]) -> None:
-    """Apply `moves` wave by wave through `journal`; raise `PlanError` at the first bad step."""
+def run(
+    table: HostTable,
+    journal: Journal,
+    moves: Sequence[Move],
+    drain: Iterable[str],
+    rules: TargetRules | None = None,
+) -> None:
+    """Apply `moves` wave by wave through `journal`; raise `PlanError` at the first bad step.
+
+    With `rules`, every target must also pass the scheduler's filters at its claim."""
     drain = frozenset(drain)
     for wave in waves(moves):
         seen: set[str] = set()
@@ -82,7 +109,7 @@ def run(table: HostTable, journal: Journal, moves: Sequence[Move], drain: Iterab
             if move.instance_id in seen:
                 raise PlanError(move.step, f"instance {move.instance_id!r} moves twice in a wave")
             seen.add(move.instance_id)
-            _claim(table, journal, move, drain)
+            _claim(table, journal, move, drain, rules)
         for move in wave:
             journal.release_source(move.instance_id)
         for move in wave:
@@ -138,14 +165,30 @@ def check_budget(plan: Plan) -> None:
             )
 
 
-def check_plan(table: HostTable, plan: Plan) -> None:
+def check_plan(
+    table: HostTable,
+    plan: Plan,
+    *,
+    scheduler: FilterScheduler | None = None,
+    now: float = 0.0,
+) -> None:
     """Raise `PlanError` if any intermediate state of `plan` on `table` is invalid.
 
     Checks the budget, then runs the waves on a copy: every move's instance is where the plan
     says and may move, every target is a different, enabled, non-draining host of the same zone
     with room for the stated (legal) footprint while the wave's sources are still held, and no
-    anti-affinity group ever has too many members on a host. The table is never changed.
+    anti-affinity group ever has too many members on a host. With a `scheduler`, every target
+    must also pass its filters at `now` (traits, aggregates, PCI, page size, instance limits...)
+    on that intermediate state. The table is never changed.
     """
     check_budget(plan)
     scratch = table.copy()
-    run(scratch, Journal(scratch), plan.moves, plan.target.drain)
+    rules = None
+    if scheduler is not None:
+        unknown = [h for h in plan.target.drain if h not in table.index]
+        if unknown:
+            raise PlanError(0, f"target.drain: unknown host {unknown[0]!r}")
+        blocked = np.zeros(len(table), dtype=bool)
+        blocked[[table.index[h] for h in plan.target.drain]] = True
+        rules = TargetRules(scheduler, now, blocked)
+    run(scratch, Journal(scratch), plan.moves, plan.target.drain, rules)
