@@ -191,13 +191,13 @@ class FilterScheduler:
         if instance_id in table.allocations:
             raise SpecError(f"instance_ids: {instance_id!r} already exists")
         ctx = Context(table, request, demand, now)
-        mask: Mask | None = None
+        everyone = table.everyone()
+        mask = everyone
         for flt in self.filters:  # static and dynamic alike: one instance, one pass
             m = flt.mask(ctx)
-            if m is table.everyone():
-                continue  # the shared all-True mask of a filter that does not apply
-            mask = m.copy() if mask is None else np.logical_and(mask, m, out=mask)
-        rows = np.flatnonzero(mask) if mask is not None else np.arange(len(table))
+            if m is not everyone:  # the shared all-True mask of a filter that does not apply
+                mask = m if mask is everyone else mask & m  # never written in place
+        rows = mask.nonzero()[0]
         if rows.size == 0:
             raise NoValidHost(diagnose(ctx, self.filters, instance=1))
         chosen = self._pick(ctx, rows, seed, 0)
@@ -226,14 +226,17 @@ class FilterScheduler:
             return int(rows[_mix(seed, step, rows.size) % rows.size])
         scores = self._scores(ctx, rows)
         best = scores.max()
-        pool = np.flatnonzero(scores >= best - _TIE)
+        pool = (scores >= best - _TIE).nonzero()[0]
         if pool.size >= want:  # `_choose` draws from all tied hosts, in row order
             return int(rows[pool[_mix(seed, step, pool.size) % pool.size]])
         if pool.size == 1:
             return int(rows[pool[0]])
-        return self._choose(ctx, rows, seed, step)[0]
+        return self._choose_scored(rows, scores, seed, step)[0]
 
     def _scores(self, ctx: Context, rows: I64) -> F64:
+        if len(self.weighers) == 1:  # 0 + w * x: the same values (and order) without the sum
+            weigher, weight = self.weighers[0]
+            return weight * normalise(weigher.raw(ctx, rows))
         scores = np.zeros(rows.size, dtype=np.float64)
         for weigher, weight in self.weighers:
             scores += weight * normalise(weigher.raw(ctx, rows))
@@ -242,6 +245,9 @@ class FilterScheduler:
     def _choose(self, ctx: Context, rows: I64, seed: int, step: int) -> tuple[int, list[int]]:
         """The chosen row and up to max_attempts - 1 alternates (best first)."""
         scores = self._scores(ctx, rows) if self.weighers else np.zeros(rows.size)
+        return self._choose_scored(rows, scores, seed, step)
+
+    def _choose_scored(self, rows: I64, scores: F64, seed: int, step: int) -> tuple[int, list[int]]:
         want = min(rows.size, max(self.max_attempts, self.host_subset_size))
         if want < rows.size:
             top = np.argpartition(-scores, want - 1)[:want]

@@ -150,6 +150,8 @@ class HostTable:
         self.touched = np.zeros(0, dtype=np.int64)
         """Per host, the `version` of its last change (what derived caches compare against)."""
         self._derived: dict[Hashable, tuple[int, npt.NDArray[Any]]] = {}
+        self._fixed_plans: dict[str, tuple[I64, I64] | bool] = {}
+        """Per flavor, the footprint that does not depend on the host (`plan_for`)."""
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -190,6 +192,7 @@ class HostTable:
         self.flavors[spec.name] = spec
         self.demands[spec.name] = build_demand(spec, self.device_types)
         self._derived = {}  # cached values may depend on the old definition of this name
+        self._fixed_plans = {}
         self.flavor_epoch += 1
 
     def add_hosts(self, hosts: list[Host], aggregate_meta: dict[str, dict[str, str]]) -> None:
@@ -382,15 +385,25 @@ class HostTable:
     # ------------------------------------------------------------------ claims
     def plan_for(self, flavor: str, row: int) -> tuple[I64, I64]:
         """Berth's claim rule on one host: (cell_use, host_use) of one more instance."""
+        fixed = self._fixed_plans.get(flavor)
+        if fixed is None:
+            fixed = self._fixed_plans[flavor] = self._fixed_plan(self.demand(flavor))
+        if isinstance(fixed, tuple):
+            return fixed[0].copy(), fixed[1].copy()
         d = self.demand(flavor)
-        if not d.pci.any():
-            # the guest's cells do not depend on the host's state: what `place` would return
-            if d.mode == NumaMode.NONE:
-                return np.zeros((CELLS, self.width), dtype=np.int64), d.host.copy()
-            if d.mode == NumaMode.EVEN:
-                return d.cells.copy(), d.host.copy()
         cell_use, host_use = place(d, self.cell_free[row : row + 1], self.host_free[row : row + 1])
         return cell_use[0], host_use[0]
+
+    def _fixed_plan(self, d: Demand) -> tuple[I64, I64] | bool:
+        """The footprint `place` gives on every host when it does not depend on the host's state
+        (floating guests and even splits without host-level PCI); False otherwise."""
+        if d.pci.any():
+            return False
+        if d.mode == NumaMode.NONE:
+            return np.zeros((CELLS, self.width), dtype=np.int64), d.host.copy()
+        if d.mode == NumaMode.EVEN:
+            return d.cells.copy(), d.host.copy()
+        return False
 
     def claim(
         self,
@@ -427,9 +440,19 @@ class HostTable:
             if not fits(d, self.cell_free[row : row + 1], self.host_free[row : row + 1])[0]:
                 raise ClaimError(f"flavor {flavor!r} does not fit on host {host!r}")
             cell_use, host_use = self.plan_for(flavor, row)
-        self.verify_fits(host, cell_use, host_use)
-        self.cell_free[row] -= cell_use
-        self.host_free[row] -= host_use
+        cell_use = np.array(cell_use, dtype=np.int64)  # the allocation's own copies
+        host_use = np.array(host_use, dtype=np.int64)
+        cell_free, host_free = self.cell_free[row], self.host_free[row]
+        cell_after, host_after = cell_free - cell_use, host_free - host_use
+        # min over Python lists: a few short arrays cost less as lists than as numpy reductions
+        if (
+            min(cell_use.ravel().tolist() + host_use.tolist()) < 0
+            or min(cell_after.ravel().tolist() + host_after.tolist()) < 0
+        ):
+            self.verify_fits(host, cell_use, host_use)  # raises, naming the resource
+            raise ClaimError(f"footprint does not fit on host {host!r}")  # pragma: no cover
+        cell_free[...] = cell_after
+        host_free[...] = host_after
         self.n_instances[row] += 1
         self.generation[row] += 1
         self._touch(row)
@@ -440,8 +463,8 @@ class HostTable:
             instance_id=instance_id,
             host=host,
             flavor=flavor,
-            cell_use=np.array(cell_use, dtype=np.int64),
-            host_use=np.array(host_use, dtype=np.int64),
+            cell_use=cell_use,
+            host_use=host_use,
             server_group=server_group,
             project=project,
             migratable=migratable,

@@ -335,23 +335,24 @@ class Simulation:
         now = self.now
         clock = opts.clock
         ids = tr.ids
-        flavor_of = tr.flavor
-        zone_of = tr.zone
-        group_of = tr.group
-        business_of = tr.business
+        # per-request columns as Python lists: the event loop reads them one scalar at a time
+        keys = list(zip(tr.flavor.tolist(), tr.zone.tolist(), tr.group.tolist(), strict=True))
+        business_of: list[int] = tr.business.tolist()
         starts = tr.start
-        preemptible_req = tr.preemptible
+        preemptible_req: list[bool] = tr.preemptible.tolist()
         names = tr.flavor_names
         zones = tr.zones
         groups = [g.id for g in tr.groups]
-        seeds = np.random.default_rng(opts.seed).integers(0, 2**62, size=len(tr), dtype=np.int64)
+        seeds: list[int] = (
+            np.random.default_rng(opts.seed).integers(0, 2**62, size=len(tr), dtype=np.int64)
+        ).tolist()
         row_of = table.index
         ws, wlen = tr.window_start, tr.window
         nb = len(BUSINESS_LABELS)
 
         outcome = np.zeros(len(tr), dtype=np.int8)
         host_row = np.full(len(tr), -1, dtype=np.int32)
-        alive = np.zeros(len(tr), dtype=bool)
+        alive = [False] * len(tr)
         arrivals = np.zeros((self.n_windows, nb), dtype=np.int64)
         accepted = np.zeros((self.n_windows, nb), dtype=np.int64)
         evicted = np.zeros((self.n_windows, nb), dtype=np.int64)
@@ -371,7 +372,7 @@ class Simulation:
 
         def is_preemptible(alloc: Allocation) -> bool:
             i = position.get(alloc.instance_id)
-            return i is not None and bool(preemptible_req[i]) and bool(alive[i])
+            return i is not None and preemptible_req[i] and alive[i]
 
         current = [0.0]
 
@@ -401,12 +402,14 @@ class Simulation:
             samples.append(tuple(float(getattr(snap, f)) for f in SAMPLE_FIELDS))
             frag.append([fragmentation_rate(table, f, eligible[f]) for f in tracked])
 
-        ev_time, ev_kind, ev_idx = self.ev_time, self.ev_kind, self.ev_idx
-        total = int(ev_time.size)
+        ev_time: list[float] = self.ev_time.tolist()
+        ev_kind: list[int] = self.ev_kind.tolist()
+        ev_idx: list[int] = self.ev_idx.tolist()
+        total = len(ev_time)
         progress, every = opts.progress, max(1, opts.progress_every)
         started = clock()
         for k in range(total):
-            t = float(ev_time[k])
+            t = ev_time[k]
             if t >= next_sample:
                 while t >= next_sample:
                     sample(next_sample)
@@ -421,7 +424,7 @@ class Simulation:
             if t >= ws and scheduler is not main:
                 scheduler = main
                 state.scheduler = main
-            i = int(ev_idx[k])
+            i = ev_idx[k]
             if ev_kind[k] == 0:  # departure
                 if alive[i]:
                     rid = ids[i]
@@ -431,10 +434,10 @@ class Simulation:
                     alive[i] = False
                     events += 1
             else:  # arrival
-                b = int(business_of[i])
+                b = business_of[i]
                 w = int((t - ws) // wlen) + 1 if t >= ws else 0
                 arrivals[w, b] += 1
-                key = (int(flavor_of[i]), int(zone_of[i]), int(group_of[i]))
+                key = keys[i]
                 tmpl = templates.get(key)
                 if tmpl is None:
                     tmpl = templates[key] = RequestSpec(
@@ -443,7 +446,7 @@ class Simulation:
                         server_group=groups[key[2]] if key[2] >= 0 else None,
                     )
                 rid = ids[i]
-                seed = int(seeds[i])
+                seed = seeds[i]
                 t0 = clock()
                 host: str | None = None
                 decision: Decision | None = None
@@ -479,7 +482,7 @@ class Simulation:
                         state.forget(vid, alloc.host)
                         alive[v] = False
                         outcome[v] = EVICTED
-                        evicted[w, int(business_of[v])] += 1
+                        evicted[w, business_of[v]] += 1
                         evictions += 1
                         events += 1
                 else:
@@ -500,10 +503,12 @@ class Simulation:
                         victims_by_host.setdefault(host, set()).add(rid)
             probe = probe_at.get(k)
             if probe is not None:
-                held.append((probe, self._held(alive), int((table.n_instances > 0).sum())))
+                held.append(
+                    (probe, self._held(np.array(alive)), int((table.n_instances > 0).sum()))
+                )
             if progress is not None and k % every == 0:
                 progress(k, total)
-        end_time = float(ev_time[-1]) if total else ws
+        end_time = ev_time[-1] if total else ws
         final = tr.horizon if math.isfinite(tr.horizon) else end_time
         while next_sample <= final:
             sample(next_sample)

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from berth.core import numa
 from berth.core.errors import SpecError
 from berth.core.filters.base import Context
+from berth.core.table import INT32_MAX
 from berth.core.weighers.base import F64, I64, HostWeigher
 
 
@@ -65,11 +66,10 @@ class FragmentationWeigher(HostWeigher):
         references = tuple(self.references(ctx))
         demand, table = ctx.demand, ctx.table
         refs = [table.demands[name] for name in references]
-        # "before" counts do not depend on the requested flavor: shared, cached per reference
-        before_all = [table.resource_counts(name) for name in references]
 
         def cost(subset: I64 | None) -> npt.NDArray[np.float32]:
-            before = [b if subset is None else b[subset] for b in before_all]
+            cf, hf = table.free_rows(subset)
+            before = [np.minimum(numa.count(d, cf, hf), INT32_MAX).astype(np.int32) for d in refs]
             out = np.zeros(before[0].shape[0], dtype=np.float32)
             room = np.zeros(out.shape[0], dtype=bool)
             for counts in before:
