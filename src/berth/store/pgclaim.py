@@ -1,23 +1,25 @@
-"""The claim transaction on PostgreSQL in two round trips (psycopg pipeline mode).
+"""The claim transaction on PostgreSQL in two round trips.
 
 `Store.commit_placement` (without evictions or a preemptible limit) runs the same statements,
 in the same order and taking the same row locks, as its general path; only the waiting is
-batched:
+batched, by sending several statements in one message (parameters bound and quoted by psycopg
+on the client, `ClientCursor`; one result per statement):
 
 1. BEGIN; the generation check-and-bump of every touched deployment set, then of every touched
    host, in name order (``UPDATE ... WHERE generation = :read RETURNING``); the instances rows
-   of the touched hosts (read after the host rows are locked); the member count of each sized
-   set; the IP reservations; one wait.
+   of the touched hosts (read after the host rows are locked); the member count of each set;
+   the IP reservations. One wait.
 2. The repository checks the answers (a missing row is a `GenerationConflictError`) and
    re-verifies the plan against the rows read; any failure rolls back, nothing was written.
-3. The instances, the idempotency record, the outcome, the events (ids drawn at insert time,
-   while the host rows are locked, so one host's events are in commit order), the NOTIFY and
-   COMMIT; one wait.
+3. One statement writes the instances, the idempotency record, the outcome and the events
+   (data-modifying CTEs; event ids drawn at insert time, while the host rows are locked, so one
+   host's events are in commit order) and sends the NOTIFY; then COMMIT. One wait.
 
-Over loopback the general path waited nine times for one instance; the statements are the
-small part of a placement's cost, the round trips and their per-statement driver work the
-large part (benchmarks/results/service.md). psycopg prepares statements it has run five times,
-so these run as server-side prepared statements once warm.
+The general path waited nine times for one instance (BEGIN, each statement, COMMIT), each wait
+with SQLAlchemy's and psycopg's per-statement work around it; measured on the service
+benchmark, a placement's replica CPU went from about 2.9 ms to 2.0 ms
+(benchmarks/results/service.md). psycopg's pipeline mode batches the waits too but costs more
+driver work per statement than it saves here.
 """
 
 from __future__ import annotations
@@ -119,6 +121,9 @@ def commit(engine: Engine, w: ClaimWrites, verify: Callable[[ClaimRead], None]) 
     pooled = engine.raw_connection()  # the driver's connection, no SQLAlchemy wrapper
     raw: psycopg.Connection[Any] = pooled.driver_connection  # type: ignore[assignment]
     try:
+        # BEGIN and COMMIT travel with our statements: with autocommit off, psycopg would
+        # send its own BEGIN first and wait for it
+        raw.autocommit = True
         return _run(raw, w, verify)
     except BaseException as exc:
         with contextlib.suppress(psycopg.Error):
@@ -137,105 +142,129 @@ def commit(engine: Engine, w: ClaimWrites, verify: Callable[[ClaimRead], None]) 
             ) from exc
         raise
     finally:
+        try:  # the pool's other users expect a connection that is not in autocommit
+            raw.autocommit = False
+        except psycopg.Error:
+            pooled.invalidate()
         pooled.close()  # back to the pool
 
 
 def _run(
     raw: psycopg.Connection[Any], w: ClaimWrites, verify: Callable[[ClaimRead], None]
 ) -> list[int]:
-    with raw.pipeline() as pipe:
-        set_cur = [raw.execute(_SET_CAS, (gid, gen)) for gid, gen in w.sets]
-        host_cur = [raw.execute(_HOST_CAS, (k, h, gen)) for h, gen, k in w.hosts]
-        rows_cur = raw.execute(_ON_HOSTS, (list(w.verify_hosts),)) if w.verify_hosts else None
-        size_cur = {gid: raw.execute(_SET_SIZE, (gid,)) for gid in w.sized_sets}
-        ip_cur = [raw.execute(_TAKE_IPS, (n, net, n)) for net, n in w.networks]
-        pipe.sync()
-        read = ClaimRead()
-        for (gid, _), cur in zip(w.sets, set_cur, strict=True):
-            row = cur.fetchone()
-            if row is None:
-                raise GenerationConflictError("deployment set", gid)
-            read.sets[gid] = (int(row[0]), row[1], int(row[2]), row[3])
-        for (host, _, _), cur in zip(w.hosts, host_cur, strict=True):
-            if cur.fetchone() is None:
-                raise GenerationConflictError("host", host)
-        if rows_cur is not None:
-            read.rows = [(r[0], r[1], r[2]) for r in rows_cur.fetchall()]
-        for gid, cur in size_cur.items():
-            one = cur.fetchone()
-            read.sizes[gid] = int(one[0]) if one is not None else 0
-        verify(read)
-        for (net, n), cur in zip(w.networks, ip_cur, strict=True):
-            if cur.fetchone() is None:
-                raise PlanRejectedError(f"network {net!r} has no {n} free IPs")
-        # the writes as one statement: the inserts as data-modifying CTEs (each runs exactly
-        # once), the events' ids and the NOTIFY from the last one
-        parts: list[str] = []
-        params: list[Any] = []
-        if w.instances:
-            parts.append(
-                f"i AS (INSERT INTO instances ({_INSTANCE_COLUMNS}) "
-                f"VALUES {_rows(len(w.instances), 13)})"
+    # Parameters are bound by psycopg on the client (quoted by libpq): several statements then
+    # go in one message and come back as one result each, in order (`nextset`).
+    cur = psycopg.ClientCursor(raw)
+    sql = ["BEGIN"]
+    params: list[Any] = []
+    for gid, gen in w.sets:
+        sql.append(_SET_CAS)
+        params += [gid, gen]
+    for h, gen, k in w.hosts:
+        sql.append(_HOST_CAS)
+        params += [k, h, gen]
+    if w.verify_hosts:
+        sql.append(_ON_HOSTS)
+        params.append(list(w.verify_hosts))
+    for gid in w.sized_sets:
+        sql.append(_SET_SIZE)
+        params.append(gid)
+    for net, n in w.networks:
+        sql.append(_TAKE_IPS)
+        params += [n, net, n]
+    cur.execute("; ".join(sql), params)  # the first wait
+    read = ClaimRead()
+    for gid, _ in w.sets:
+        cur.nextset()
+        row = cur.fetchone()
+        if row is None:
+            raise GenerationConflictError("deployment set", gid)
+        read.sets[gid] = (int(row[0]), row[1], int(row[2]), row[3])
+    for host, _, _ in w.hosts:
+        cur.nextset()
+        if cur.fetchone() is None:
+            raise GenerationConflictError("host", host)
+    if w.verify_hosts:
+        cur.nextset()
+        read.rows = [(r[0], r[1], r[2]) for r in cur.fetchall()]
+    for gid in w.sized_sets:
+        cur.nextset()
+        one = cur.fetchone()
+        read.sizes[gid] = int(one[0]) if one is not None else 0
+    verify(read)
+    for net, n in w.networks:
+        cur.nextset()
+        if cur.fetchone() is None:
+            raise PlanRejectedError(f"network {net!r} has no {n} free IPs")
+    # the writes as one statement: the inserts as data-modifying CTEs (each runs exactly
+    # once), the events' ids and the NOTIFY from the last one; then COMMIT, the second wait
+    parts: list[str] = []
+    params = []
+    if w.instances:
+        parts.append(
+            f"i AS (INSERT INTO instances ({_INSTANCE_COLUMNS}) "
+            f"VALUES {_rows(len(w.instances), 13)})"
+        )
+        params += [
+            v
+            for i in w.instances
+            for v in (
+                i["id"],
+                i["project"],
+                i["flavor"],
+                i["host"],
+                i["cluster"],
+                i["server_group"],
+                Jsonb(i["placement"]),
+                i["placement_id"],
+                i["business_type"],
+                i["preemptible"],
+                i["migratable"],
+                i["created_at"],
+                i["network"],
             )
-            params += [
-                v
-                for i in w.instances
-                for v in (
-                    i["id"],
-                    i["project"],
-                    i["flavor"],
-                    i["host"],
-                    i["cluster"],
-                    i["server_group"],
-                    Jsonb(i["placement"]),
-                    i["placement_id"],
-                    i["business_type"],
-                    i["preemptible"],
-                    i["migratable"],
-                    i["created_at"],
-                    i["network"],
-                )
-            ]
-        if w.idempotency is not None:
-            d = w.idempotency
-            parts.append(f"k AS ({_IDEMPOTENCY})")
-            params += [
-                d["principal"],
-                d["key"],
-                d["request_hash"],
-                d["status"],
-                Jsonb(d["response"]),
-                d["created_at"],
-            ]
-        if w.outcome is not None:
-            o = w.outcome
-            parts.append(f"o AS ({_OUTCOME})")
-            params += [
-                o["ts"],
-                o["day"],
-                o["outcome"],
-                o["reason"],
-                o["flavor"],
-                o["project"],
-                o["num_instances"],
-                o["latency_ms"],
-            ]
-        write_cur = None
-        if w.events:
-            # a multi-row INSERT inserts its rows, and draws their ids, in VALUES order
-            parts.append(
-                "e AS (INSERT INTO events (ts, kind, host, generation, replica, payload) "
-                f"VALUES {_rows(len(w.events), 6)} RETURNING id)"
-            )
-            params += [v for k, h, g, p in w.events for v in (w.ts, k, h, g, w.replica, Jsonb(p))]
-            params += [NOTIFY_CHANNEL, w.replica]
-            write_cur = raw.execute("WITH " + ", ".join(parts) + _IDS_AND_NOTIFY, params)
-        elif parts:
-            raw.execute("WITH " + ", ".join(parts) + " SELECT 1", params)
-        # COMMIT as a statement of the pipeline: the Sync that leaves the pipeline is then the
-        # second and last wait (conn.commit() would wait, and leaving would wait once more)
-        raw.execute("COMMIT")
-    if write_cur is None:
-        return []
-    row = write_cur.fetchone()
-    return sorted(int(i) for i in row[0]) if row is not None else []
+        ]
+    if w.idempotency is not None:
+        d = w.idempotency
+        parts.append(f"k AS ({_IDEMPOTENCY})")
+        params += [
+            d["principal"],
+            d["key"],
+            d["request_hash"],
+            d["status"],
+            Jsonb(d["response"]),
+            d["created_at"],
+        ]
+    if w.outcome is not None:
+        o = w.outcome
+        parts.append(f"o AS ({_OUTCOME})")
+        params += [
+            o["ts"],
+            o["day"],
+            o["outcome"],
+            o["reason"],
+            o["flavor"],
+            o["project"],
+            o["num_instances"],
+            o["latency_ms"],
+        ]
+    if w.events:
+        # a multi-row INSERT inserts its rows, and draws their ids, in VALUES order
+        parts.append(
+            "e AS (INSERT INTO events (ts, kind, host, generation, replica, payload) "
+            f"VALUES {_rows(len(w.events), 6)} RETURNING id)"
+        )
+        params += [v for k, h, g, p in w.events for v in (w.ts, k, h, g, w.replica, Jsonb(p))]
+        params += [NOTIFY_CHANNEL, w.replica]
+        final = _IDS_AND_NOTIFY
+    else:
+        final = " SELECT NULL"
+    if parts:
+        cur.execute("WITH " + ", ".join(parts) + final + "; COMMIT", params)
+        row = cur.fetchone()  # the first statement's result (COMMIT's follows)
+    else:
+        cur.execute("COMMIT")
+        row = None
+    if raw.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        raise PlanRejectedError("the claim transaction did not commit")
+    return sorted(int(i) for i in row[0]) if row is not None and row[0] is not None else []
