@@ -27,7 +27,11 @@ a large reward for leaving, so the optimum drains first, as the heuristic does.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -396,6 +400,24 @@ def _pci_rows(model: _Model, use: Use, d: Demand, xs: list[int], free_cell: I64)
         model.row(both, -np.inf, float(free_cell[0, col] + free_cell[1, col]))
 
 
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """Silence HiGHS: some of its MIP code paths print to the process's stdout regardless."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no real stdout: nothing to silence
+        yield
+        return
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 1)
+            yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def _solve(model: _Model, time_limit: float) -> tuple[F64, bool, float, str] | None:
     if not model.cost:
         model.var(0.0)  # HiGHS wants at least one variable
@@ -404,13 +426,14 @@ def _solve(model: _Model, time_limit: float) -> tuple[F64, bool, float, str] | N
         model.row({}, -np.inf, np.inf)
     shape = (len(model.row_lo), n_vars)
     a = coo_array((model.vals, (model.rows, model.cols)), shape=shape).tocsr()
-    res = milp(
-        c=-np.asarray(model.cost, dtype=np.float64),
-        constraints=LinearConstraint(a, model.row_lo, model.row_hi),
-        integrality=np.ones(n_vars),
-        bounds=Bounds(model.lo, model.hi),
-        options={"time_limit": time_limit, "disp": False},
-    )
+    with _quiet():
+        res = milp(
+            c=-np.asarray(model.cost, dtype=np.float64),
+            constraints=LinearConstraint(a, model.row_lo, model.row_hi),
+            integrality=np.ones(n_vars),
+            bounds=Bounds(model.lo, model.hi),
+            options={"time_limit": time_limit, "disp": False},
+        )
     if res.x is None:
         return None
     dual = getattr(res, "mip_dual_bound", None)

@@ -151,10 +151,13 @@ class _Planner:
         self.is_source[src] = True
         self.is_target[row] = True
 
-    def try_moves(self, row: int, ids: Sequence[str], need_all: bool) -> float | None:
-        """Move these instances off `row`; keep them if the objective rises, else undo all.
+    def try_moves(
+        self, row: int, ids: Sequence[str], need_all: bool, at_least: float = 0.0
+    ) -> tuple[bool, float]:
+        """Move these instances off `row`; keep them if the objective rises by more than
+        `at_least` per migration, else undo all exactly.
 
-        Returns the objective gained, or None when undone.
+        Returns (kept, objective gained per migration made; 0 when nothing moved).
         """
         work = self.work
         mark = self.journal.mark()
@@ -179,14 +182,16 @@ class _Planner:
         if complete or not need_all:
             rows = np.fromiter(before, dtype=np.int64)
             gain += float(self.current()[rows].sum())
-        if (complete or not need_all) and gain > _EPS and len(self.steps) > n_steps:
+        made = len(self.steps) - n_steps
+        ratio = gain / made if made and (complete or not need_all) else 0.0
+        if made and (complete or not need_all) and gain > _EPS and ratio >= at_least - _EPS:
             moved = {s.alloc.instance_id for s in self.steps[n_steps:]}
             self.movable[row] = [i for i in self.movable.get(row, []) if i not in moved]
-            return gain
+            return True, ratio
         self.journal.rollback(mark)
         del self.steps[n_steps:]
         self.touches, self.is_source, self.is_target = saved
-        return None
+        return False, ratio
 
     # ------------------------------------------------------------------ phases
     def drain_hosts(self) -> None:
@@ -230,7 +235,7 @@ class _Planner:
             ids = self.movable.get(int(row), [])
             if not ids or len(ids) > self.left():
                 continue
-            self.try_moves(int(row), ids, need_all=True)
+            self.try_moves(int(row), ids, need_all=True)  # kept only if it pays
 
     def capacity(self) -> None:
         """Lazy greedy over hosts by objective gained per migration, the least loaded first
@@ -247,6 +252,8 @@ class _Planner:
             if estimate[i] > _EPS
         ]
         heapq.heapify(heap)
+        stale: dict[int, bool] = {}
+        """Hosts already re-queued at their real ratio: the next try keeps any gain."""
         while heap and self.left() > 0:
             _, used, tie, row = heapq.heappop(heap)
             if self.exclusive and (self.is_source[row] or self.is_target[row]):
@@ -259,8 +266,14 @@ class _Planner:
             if heap and ratio < -heap[0][0] - _EPS:
                 heapq.heappush(heap, (-ratio, used, tie, row))
                 continue
-            kept = self.try_moves(row, ids, need_all=False) is not None
-            if kept and not self.exclusive and self.movable.get(row):
+            # the targets' losses are known only by trying: keep the moves if they still beat
+            # the next host's estimate, else undo them and queue the host at its real ratio
+            best_next = -heap[0][0] if heap and not stale.get(row) else 0.0
+            kept, real = self.try_moves(row, ids, need_all=False, at_least=best_next)
+            if not kept and real > _EPS:
+                stale[row] = True
+                heapq.heappush(heap, (-real, used, tie, row))
+            elif kept and not self.exclusive and self.movable.get(row):
                 heapq.heappush(heap, (-ratio, used, tie, row))  # it may pay again; re-checked
 
     def estimates(self, rows: I64) -> F64:
