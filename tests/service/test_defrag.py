@@ -8,15 +8,20 @@ are free. Moving the two instances of one host onto another frees a whole host: 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
 from berth.core.model import CellPlacement, Instance
 from berth.service.app import create_app
@@ -253,8 +258,11 @@ def test_a_step_whose_target_was_filled_meanwhile_is_replanned_or_skipped(svc):
     assert svc.store.get_instance(first["instance_id"]).host == step["target"]
     assert body["state"] == "done"
     assert audit(svc.store) == []
-    # the fourth host had the room the filled one lost: the plan still reaches its figures
-    assert body["achieved"]["capacity"] == plan["after"]["capacity"]
+    # re-planned steps use the room left elsewhere; steps that then find none are skipped;
+    # what is achieved is a real gain, never more than planned
+    assert 0 < body["achieved"]["capacity"]["p8"] <= plan["after"]["capacity"]["p8"]
+    assert {x["state"] for x in body["steps"]} <= {"done", "skipped"}
+    assert p8_capacity(svc) == body["achieved"]["capacity"]["p8"]
     metrics = svc.client.get("/metrics").text
     assert 'berth_defrag_migrations_total{outcome="replanned"}' in metrics
 
@@ -523,3 +531,91 @@ def test_the_cli_drives_a_plan_on_a_real_server(tmp_path):
         assert "unknown_flavor" in bad.stderr
     finally:
         server.stop()
+
+
+# ---------------------------------------------------------------------------- property
+def exact(a: Replica, b: Replica) -> bool:
+    """Same tables, and the same drain and not-migratable flags (what the planner reads)."""
+    if not same_tables(a, b):
+        return False
+    ta, tb = a.clusters["c1"].table, b.clusters["c1"].table
+    flags = {i: x.migratable for i, x in ta.allocations.items()}
+    return bool((ta.enabled == tb.enabled).all()) and flags == {
+        i: x.migratable for i, x in tb.allocations.items()
+    }
+
+
+OPS = ("tick", "tick", "confirm", "abort", "place", "release", "drain", "pause", "cancel")
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    path = tmp_path_factory.mktemp("defrag") / "berth.db"
+    seed = Store.open(f"sqlite:///{path}", replica="loader")
+    load_fleet_into(seed, fragmented_fleet(), {"c1": "r1"}, now=NOW)
+    toks = {"operator": seed.create_token("op", "operator")[1]}
+    seed.close()
+    return path, toks
+
+
+@given(data=st.data())
+@settings(max_examples=25)
+def test_any_interleaving_keeps_the_fleet_consistent_and_replicas_exact(template, data):
+    """Steps started, confirmed, aborted, cancelled, paused, interleaved with placements,
+    releases and drains: after every operation the rows audit clean, the replica's table equals
+    a fresh load of the database, and a second replica that only follows events agrees."""
+    path, toks = template
+    work = Path(tempfile.mkdtemp()) / "berth.db"
+    shutil.copy(path, work)
+    url = f"sqlite:///{work}"
+    s = start(url, toks)
+    other = Replica(Store.open(url, replica="r2", migrate=False), s.replica.config, lambda: NOW)
+    other.reload()
+    try:
+        plan = create(s, {**PLAN, "budget": {"max_migrations": 6, "max_concurrent": 3}})
+        pid = plan["id"]
+        s.post(f"/v1/defrag/plans/{pid}/execute")
+        for _ in range(data.draw(st.integers(3, 14), label="length")):
+            op = data.draw(st.sampled_from(OPS), label="op")
+            steps = s.get(f"/v1/defrag/plans/{pid}").json()["steps"]
+            flying = [x["step"] for x in steps if x["state"] == "migrating"]
+            if op == "tick":
+                s.defrag.tick()
+            elif op in ("confirm", "abort") and flying:
+                n = data.draw(st.sampled_from(flying), label="step")
+                r = s.post(f"/v1/defrag/plans/{pid}/steps/{n}/{op}")
+                assert r.status_code == 200, r.text
+                event(f"step {op}ed")
+            elif op == "place":
+                r = s.post("/v1/placements", {"flavor": data.draw(st.sampled_from(["p4", "s2"]))})
+                assert r.status_code in (201, 409), r.text
+            elif op == "release":
+                ids = sorted(i for i in hosts_of(s.store) if not is_migration(i))
+                if ids:
+                    victim = data.draw(st.sampled_from(ids), label="release")
+                    assert s.client.delete(f"/v1/instances/{victim}", headers=s.h("operator"))
+            elif op == "drain":
+                host = data.draw(st.sampled_from(HOSTS), label="host")
+                method = data.draw(st.sampled_from(["PUT", "DELETE"]), label="drain")
+                r = s.client.request(method, f"/v1/hosts/{host}/drain", headers=s.h("operator"))
+                assert r.status_code == 200, r.text
+            elif op == "pause":
+                state = s.get(f"/v1/defrag/plans/{pid}").json()["state"]
+                if state in ("running", "paused"):
+                    action = "pause" if state == "running" else "resume"
+                    assert s.post(f"/v1/defrag/plans/{pid}/{action}").status_code == 200
+            elif op == "cancel" and data.draw(st.booleans(), label="really cancel"):
+                s.post(f"/v1/defrag/plans/{pid}/cancel")
+            assert audit(s.store) == []
+            other.sync()
+            fresh = Replica(s.store, s.replica.config, lambda: NOW)
+            fresh.reload()
+            assert exact(s.replica, fresh)
+            assert exact(other, fresh)
+        s.post(f"/v1/defrag/plans/{pid}/cancel")
+        assert not any(is_migration(i) for i in hosts_of(s.store))
+        assert audit(s.store) == []
+    finally:
+        other.store.close()
+        s.close()
+        shutil.rmtree(work.parent, ignore_errors=True)

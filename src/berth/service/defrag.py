@@ -27,6 +27,7 @@ import numpy as np
 from fastapi import APIRouter, Depends, Header, Request
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from sqlalchemy.exc import DBAPIError
 
 from berth.core.defrag import Budget, Move, Plan, Target, measure, plan_defrag, replan_move
 from berth.core.engine import FilterScheduler
@@ -43,8 +44,9 @@ from berth.store.defrag import (
     PlanStateError,
     StepRow,
     StepSkippedError,
+    StepStateError,
 )
-from berth.store.errors import PlanRejectedError
+from berth.store.errors import NotFoundError, PlanRejectedError
 from berth.store.footprint import to_arrays, to_named
 from berth.store.repo import EventRow, HostCapacity
 
@@ -304,6 +306,8 @@ class DefragService:
                     continue
                 try:
                     done += self.advance(plan.id)
+                except DBAPIError as exc:  # the database is briefly away: next round
+                    log.warning("defrag plan %s: %s", plan.id, exc)
                 except Exception as exc:  # a bug or a vanished cluster: stop, say why
                     log.exception("defrag plan %s failed", plan.id)
                     with contextlib.suppress(PlanStateError):  # paused or cancelled meanwhile
@@ -332,10 +336,18 @@ class DefragService:
         if plan.auto_confirm:
             for s in steps:
                 if s.state == "migrating":
-                    self.confirm(plan_id, s.step)
+                    with contextlib.suppress(StepStateError):  # the adapter was quicker
+                        self.confirm(plan_id, s.step)
                     moved += 1
             if moved:
                 steps = self.store.steps(plan_id)
+        for s in steps:  # a VM deleted mid-migration cannot finish migrating: free its claim
+            if s.state == "migrating" and not self._exists(s.instance_id):
+                with contextlib.suppress(StepStateError):
+                    self.abort(plan_id, s.step, "instance deleted during its migration")
+                moved += 1
+        if moved:
+            steps = self.store.steps(plan_id)
         pending = [s for s in steps if s.state not in FINAL_STEPS]
         if not pending:
             self._finish(plan)
@@ -352,6 +364,13 @@ class DefragService:
             if self._start(plan, s):
                 flying += 1
         return moved
+
+    def _exists(self, instance_id: str) -> bool:
+        try:
+            self.replica.store.get_instance(instance_id)
+        except NotFoundError:
+            return False
+        return True
 
     def _capacity(self, cluster: str, host: str) -> HostCapacity | None:
         view = self.replica.clusters.get(cluster)
@@ -373,8 +392,8 @@ class DefragService:
                 self.store.skip_step(plan.id, s.step, str(exc))
                 self.migrations.labels("skipped").inc()
                 return False
-            except PlanStateError:
-                return False  # paused or cancelled meanwhile
+            except (PlanStateError, StepStateError):
+                return False  # paused or cancelled meanwhile, or started by another driver
             except PlanRejectedError as exc:
                 if s.replans >= MAX_REPLANS:
                     self.store.skip_step(plan.id, s.step, f"{exc}; re-planned {s.replans} times")

@@ -83,7 +83,9 @@ def _migrations(store: Store, host_of: dict[str, str]) -> list[str]:
                 f"step {step.step} of defrag plan {step.plan_id} is migrating without its "
                 f"allocation {mid}"
             )
-        elif host_of.get(step.instance_id) != step.source:
+        elif host_of.get(step.instance_id, step.source) != step.source:
+            # an instance deleted mid-migration is fine: its step aborts on confirm (or on the
+            # driver's next round); one that left the source by another way is not
             problems.append(
                 f"step {step.step} of defrag plan {step.plan_id} is migrating but instance "
                 f"{step.instance_id} is not on its source {step.source}"
