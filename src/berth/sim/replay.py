@@ -137,6 +137,18 @@ class ReplayState:
     events: int = 0
     victims_by_host: dict[str, set[str]] = field(default_factory=dict)
     """Host -> preemptible instances running there (the evictor's candidate index)."""
+    tracked: list[str] = field(default_factory=list)
+    """The replay's tracked (large) flavors, e.g. a defragmenter's default target."""
+    seed: int = 0
+    log: list[dict[str, Any]] = field(default_factory=list)
+    """What periodic actions did, one record each (`action`, `time`, `migrations`, ...)."""
+
+    def moved(self, instance_id: str, source: str, target: str) -> None:
+        """Keep the preemptible index exact after an instance moved (e.g. `apply_moves`)."""
+        hosted = self.victims_by_host.get(source)
+        if hosted is not None and instance_id in hosted:
+            hosted.discard(instance_id)
+            self.victims_by_host.setdefault(target, set()).add(instance_id)
 
     def forget(self, instance_id: str, host: str) -> None:
         """Drop an instance from the preemptible index (it left `host`)."""
@@ -204,6 +216,8 @@ class PolicyRun:
     decisions: int
     evictions: int
     periodic_events: int
+    periodic_log: list[dict[str, Any]]  # one record per periodic action run (see ReplayState)
+    migrations: I64  # (windows,) instances moved by periodic actions in each window
     probes: list[dict[str, Any]]  # at the offered-load peaks: used hosts, held load, bound
     preemption: str
 
@@ -318,8 +332,16 @@ class Simulation:
         return max(bounds, key=lambda b: b.hosts) if bounds else None
 
     # ------------------------------------------------------------------ replay
-    def run(self, policy: Policy) -> PolicyRun:
+    def run(
+        self,
+        policy: Policy,
+        periodic: Sequence[PeriodicAction] | None = None,
+        name: str | None = None,
+    ) -> PolicyRun:
+        """Replay under `policy`; `periodic` replaces `options.periodic` for this run (e.g. the
+        same policy with and without defragmentation), `name` the run's name in reports."""
         opts = self.options
+        actions = opts.periodic if periodic is None else periodic
         tr = self.trace
         config = lean_config(policy, self.base, self.flavors_used, self.zoned, self.now)
         main = FilterScheduler.from_config(config)
@@ -391,8 +413,11 @@ class Simulation:
         eligible = self.eligible
         step = self.sample_every
         next_sample = ws
-        state = ReplayState(table, scheduler, now, victims_by_host=victims_by_host)
-        periodic = [(a, ws + a.interval) for a in opts.periodic]
+        state = ReplayState(
+            table, scheduler, now, victims_by_host=victims_by_host, tracked=tracked, seed=opts.seed
+        )
+        migrations = np.zeros(self.n_windows, dtype=np.int64)
+        schedule = [(a, ws + a.interval) for a in actions]
         probe_at = {p.event: p for p in self.probes}
         held: list[tuple[Probe, dict[str, int], int]] = []
 
@@ -414,16 +439,18 @@ class Simulation:
                 while t >= next_sample:
                     sample(next_sample)
                     next_sample += step
-            if periodic:
-                for j, (action, due) in enumerate(periodic):
-                    while t >= due:
-                        state.events = 0
-                        periodic_events += action(state, due)
-                        due += action.interval
-                    periodic[j] = (action, due)
             if t >= ws and scheduler is not main:
                 scheduler = main
                 state.scheduler = main
+            if schedule:
+                for j, (action, due) in enumerate(schedule):
+                    while t >= due:
+                        state.events = 0
+                        done = action(state, due)
+                        periodic_events += done
+                        migrations[min(int((due - ws) // wlen) + 1, self.n_windows - 1)] += done
+                        due += action.interval
+                    schedule[j] = (action, due)
             i = ev_idx[k]
             if ev_kind[k] == 0:  # departure
                 if alive[i]:
@@ -518,7 +545,7 @@ class Simulation:
             progress(total, total)
         probe_out = [self._probe(p, load, used) for p, load, used in held]
         return PolicyRun(
-            policy=policy.name,
+            policy=name or policy.name,
             description=policy.description,
             config=config,
             outcome=outcome,
@@ -543,6 +570,8 @@ class Simulation:
             decisions=decisions,
             evictions=evictions,
             periodic_events=periodic_events,
+            periodic_log=state.log,
+            migrations=migrations,
             probes=probe_out,
             preemption=evictor.name if evictor is not None else "off",
         )

@@ -98,6 +98,21 @@ def summarize(sim: Simulation, run: PolicyRun) -> dict[str, Any]:
         else {}
     )
     distances = [p["distance"] for p in run.probes if "distance" in p]
+    runs = [r for r in run.periodic_log if r.get("action") == "defrag"]
+    gained: dict[str, int] = {}
+    for r in runs:
+        for f, after in r.get("capacity_after", {}).items():
+            gained[f] = gained.get(f, 0) + after - r["capacity_before"][f]
+    defrag = (
+        {
+            "runs": len(runs),
+            "migrations": sum(int(r["migrations"]) for r in runs),
+            "by_window": run.migrations[1:].tolist(),
+            "capacity_gained": gained,
+        }
+        if runs
+        else None
+    )
     return {
         "policy": run.policy,
         "description": run.description,
@@ -152,6 +167,7 @@ def summarize(sim: Simulation, run: PolicyRun) -> dict[str, Any]:
             "probes": run.probes,
             "distance": max(distances) if distances else None,
         },
+        "defrag": defrag,
         "latency_us": lat,
         "performance": {
             "events": run.events,
@@ -281,6 +297,15 @@ def markdown(
             ),
         ),
         row("distance to bound", lambda s: _pct(s["bound"]["distance"], 1)),
+    ]
+    if any(s.get("defrag") for s in summaries):
+        rows.append(
+            row(
+                "migrations (defrag)",
+                lambda s: f"{s['defrag']['migrations']:,}" if s.get("defrag") else "–",
+            )
+        )
+    rows += [
         row("decision p50 / p99 (µs)", lambda s: _lat(s)),
         row("events/s", lambda s: f"{s['performance']['events_per_s']:,.0f}"),
     ]
@@ -328,6 +353,7 @@ def markdown(
             ]
         )
     lines += [_table(["window start", "arrivals", *names], wrows), ""]
+    lines += _defrag_section(summaries, unit, uname)
     lines += ["## Fragmentation at the end, every flavor with requests", ""]
     flavors = sorted(summaries[0]["fragmentation_final"])
     frows = [[f, *(_pct(s["fragmentation_final"].get(f), 1) for s in summaries)] for f in flavors]
@@ -346,6 +372,65 @@ def markdown(
             lines.append(f"![{p}]({p})")
         lines.append("")
     return "\n".join(lines)
+
+
+def _defrag_section(summaries: Sequence[dict[str, Any]], unit: float, uname: str) -> list[str]:
+    """Acceptance with and without periodic defragmentation, and migrations per window.
+
+    A run named ``P+defrag`` is paired with the run named ``P`` when there is one."""
+    runs = [s for s in summaries if s.get("defrag")]
+    if not runs:
+        return []
+    by_name = {s["policy"]: s for s in summaries}
+    lines = ["## Periodic defragmentation", ""]
+    rows = []
+    for s in runs:
+        base = by_name.get(s["policy"].removesuffix("+defrag"))
+        d = s["defrag"]
+        gained = ", ".join(f"{f} {n:+,}" for f, n in d["capacity_gained"].items()) or "–"
+        rows.append(
+            [
+                s["policy"],
+                _pct(base["acceptance"]["overall"]) if base is not None and base is not s else "–",
+                _pct(s["acceptance"]["overall"]),
+                _pct(base["acceptance"]["memory_weighted"])
+                if base is not None and base is not s
+                else "–",
+                _pct(s["acceptance"]["memory_weighted"]),
+                f"{d['runs']:,}",
+                f"{d['migrations']:,}",
+                gained,
+            ]
+        )
+    head = [
+        "policy",
+        "acceptance without",
+        "with",
+        "memory-weighted without",
+        "with",
+        "runs",
+        "migrations",
+        "capacity gained by the plans",
+    ]
+    lines += [_table(head, rows), ""]
+    lines += [
+        "Each run plans live migrations with the core's planner (objective: capacity of the "
+        "target flavors) within its budget and applies them at that instant; 'capacity gained' "
+        "sums, over the runs, the instances of each target flavor that fit after the plan minus "
+        "before it.",
+        "",
+    ]
+    windows = runs[0]["windows"]
+    wrows = [
+        [
+            f"{win['start'] / unit:g} {uname}",
+            *(f"{s['defrag']['by_window'][w]:,}" for s in runs),
+        ]
+        for w, win in enumerate(windows)
+    ]
+    lines += ["Migrations per window:", ""]
+    lines += [_table(["window start", *(s["policy"] for s in runs)], wrows), ""]
+    return lines
 
 
 def _lat(s: dict[str, Any]) -> str:
