@@ -138,6 +138,24 @@ def test_heartbeats_reach_other_replicas(db_url):
         close([a, b])
 
 
+def test_a_revived_host_reaches_other_replicas_as_an_event(db_url):
+    """A heartbeat after more than the service-down time is an event: the other replica lets
+    the host back in at its next sync, without waiting for its heartbeat poll or reloading."""
+    a, b = replicas(db_url)
+    try:
+        late = NOW + 1000  # every host's last heartbeat (NOW) is long stale by then
+        a.store.report("h-c1-1", late, None, down_after=a.config.service_down_time)
+        reloads = b.reloads
+        assert b.sync() == 1
+        t = b.clusters["c1"].table
+        assert t.heartbeat[t.index["h-c1-1"]] == late
+        assert b.reloads == reloads
+        a.store.report("h-c1-1", late + 1, None, down_after=a.config.service_down_time)
+        assert b.sync() == 0  # an ordinary heartbeat is not an event
+    finally:
+        close([a, b])
+
+
 def test_background_sync_follows_the_log(db_url):
     """The sync thread wakes on NOTIFY (PostgreSQL) or polls (SQLite)."""
     a, b = replicas(db_url, poll=0.05 if "sqlite" in db_url else 5.0)

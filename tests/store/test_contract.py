@@ -338,6 +338,33 @@ def test_reports_never_go_back_in_time_and_reconcile_once(store):
         store.report("nope", NOW, None)
 
 
+@pytest.mark.parametrize(
+    ("previous", "timestamp", "alive_event"),
+    [
+        (NOW, NOW + 30, False),  # fresh: a plain heartbeat
+        (NOW, NOW + 60, False),  # exactly the service-down time: was not down yet
+        (NOW, NOW + 61, True),  # was down: the host comes back
+        (NOW + 100, NOW + 200, True),
+        (NOW + 100, NOW + 50, False),  # older than recorded: nothing changes
+    ],
+)
+def test_a_heartbeat_that_revives_a_host_is_an_event(store, previous, timestamp, alive_event):
+    loaded(store)
+    store.report("h-c1-0", previous, None)
+    before, generation = store.latest_event_id(), store.get_host("h-c1-0").generation
+    store.report("h-c1-0", timestamp, None, down_after=60.0)
+    events = store.events_after(before)
+    if alive_event:
+        assert [(e.kind, e.host, e.generation) for e in events] == [
+            ("host_alive", "h-c1-0", None)
+        ]
+        assert events[0].payload == {"heartbeat": timestamp, "previous": previous}
+    else:
+        assert events == []
+    assert store.get_host("h-c1-0").generation == generation  # heartbeats bump no generation
+    assert store.get_host("h-c1-0").host.last_heartbeat == max(previous, timestamp)
+
+
 def test_host_state_changes_bump_generation(store):
     loaded(store)
     ev = store.set_host_enabled("h-c1-1", False)

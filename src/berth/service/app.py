@@ -506,7 +506,7 @@ def create_app(
         view = None
         if body.instances is not None or body.used is not None:
             view = {"instances": body.instances, "used": body.used}
-        applied = store.report(name, body.timestamp, view)
+        applied = store.report(name, body.timestamp, view, down_after=config.service_down_time)
         if applied:
             replica.heartbeat(name, body.timestamp)
         rec = store.get_host(name)

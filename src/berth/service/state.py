@@ -447,6 +447,10 @@ class Replica:
             if result is Applied.GAP:
                 self.needs_reload = True
             self._group_generation(p.get("server_group"), p.get("group_generation"))
+        elif kind == "host_alive":  # a heartbeat that brought a down host back
+            cl = self.host_cluster.get(ev.host or "")
+            if cl is not None:
+                self.clusters[cl].table.set_heartbeat(ev.host or "", float(p["heartbeat"]))
         elif kind == "flavor_added":
             try:
                 self._add_flavor(Flavor.model_validate(p["spec"]))

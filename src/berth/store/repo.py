@@ -668,10 +668,16 @@ class Store:
         name: str,
         timestamp: float,
         report: dict[str, Any] | None,
+        *,
+        down_after: float | None = None,
     ) -> bool:
         """Record a heartbeat (and the host's own view when given); older never overwrite newer.
 
-        Returns False when the report was older than what is recorded (nothing changed).
+        With `down_after` (the service-down time), a heartbeat that revives a host (none
+        before, or the previous one more than `down_after` older) also appends a `host_alive`
+        event, so that other replicas let the host back in at once instead of at their next
+        heartbeat poll. Heartbeats bump no generation. Returns False when the report was older
+        than what is recorded (nothing changed).
         """
         with self._write() as conn:
             cur = conn.execute(
@@ -688,6 +694,13 @@ class Store:
             if not values:
                 return False
             conn.execute(update(t.hosts).where(t.hosts.c.name == name).values(**values))
+            revived = "last_heartbeat" in values and (
+                cur.last_heartbeat is None
+                or (down_after is not None and timestamp - cur.last_heartbeat > down_after)
+            )
+            if down_after is not None and revived:
+                payload = {"heartbeat": timestamp, "previous": cur.last_heartbeat}
+                self._append(conn, [("host_alive", name, None, payload)])
             return True
 
     def touch_heartbeats(self, now: float, max_age: float) -> int:
