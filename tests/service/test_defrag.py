@@ -369,6 +369,23 @@ def test_a_draining_host_gets_no_placements_and_a_plan_empties_it(svc):
     by_host = svc.get("/v1/capacity", params={"flavor": "s2", "by": "host"}).json()["counts"]
     assert by_host["h-c1-1"]["s2"] == 0
     assert by_host["h-c1-0"]["s2"] > 0
+    # enabling a draining host does not make it take placements, here or on another replica
+    other = Replica(
+        Store.open(svc.store.engine.url.render_as_string(False), replica="r2"),
+        svc.replica.config,
+        lambda: NOW,
+    )
+    other.reload()
+    assert svc.post("/v1/hosts/h-c1-1/disable").status_code == 200
+    assert svc.post("/v1/hosts/h-c1-1/enable").status_code == 200
+    by_host = svc.get("/v1/capacity", params={"flavor": "s2", "by": "host"}).json()["counts"]
+    assert by_host["h-c1-1"]["s2"] == 0
+    other.sync()
+    fresh = Replica(svc.store, svc.replica.config, lambda: NOW)
+    fresh.reload()
+    assert exact(svc.replica, fresh)
+    assert exact(other, fresh)
+    other.store.close()
     for _ in range(6):
         r = svc.post("/v1/placements", {"flavor": "s2", "project": "p"})
         assert r.status_code == 201, r.text
