@@ -34,8 +34,10 @@ from berth.core.defrag import (
     measure,
     plan_defrag,
 )
+from berth.core.defrag.rules import TargetRules
 from berth.core.engine import FilterScheduler, commit
 from berth.core.explain import NoValidHost
+from berth.core.filters.base import Context
 from berth.core.model import Fleet, GroupPolicy, ServerGroup
 from berth.core.request import RequestSpec
 from berth.core.table import HostTable
@@ -211,3 +213,19 @@ def test_apply_moves_all_or_nothing(table: HostTable, how: int) -> None:
     assert err.value.step == broken.moves[-1].step
     assert_unchanged(table, before)
     assert list(table.allocations) == order
+
+
+@settings(max_examples=examples(0.3))
+@given(table=fragmented(), pick=st.integers(0, 10**6))
+def test_target_rules_imply_every_scheduler_filter(table: HostTable, pick: int) -> None:
+    """The resource filters the rules skip as implied by the NUMA-exact count really are: every
+    host the rules allow passes every filter of the scheduler for that migration request."""
+    if not table.allocations:
+        return
+    alloc = list(table.allocations.values())[pick % len(table.allocations)]
+    for scheduler in SCHEDULERS:
+        rules = TargetRules(scheduler, NOW, np.zeros(len(table), dtype=bool))
+        allowed = rules.mask(table, alloc)
+        ctx = Context(table, rules.request(table, alloc), table.demand(alloc.flavor), NOW)
+        for flt in scheduler.filters:
+            assert not (allowed & ~flt.mask(ctx)).any(), flt.name

@@ -15,7 +15,12 @@ import numpy.typing as npt
 
 from berth.core.engine import FilterScheduler
 from berth.core.errors import BerthError
-from berth.core.filters.base import Context
+from berth.core.filters.base import Context, HostFilter
+from berth.core.filters.disk import DiskFilter
+from berth.core.filters.numa_topology import NumaTopologyFilter
+from berth.core.filters.pci_passthrough import PciPassthroughFilter
+from berth.core.filters.ram import RamFilter
+from berth.core.filters.vcpu import VcpuFilter
 from berth.core.flavors import NumaMode
 from berth.core.model import GroupPolicy
 from berth.core.request import RequestSpec
@@ -107,6 +112,14 @@ def footprint_error(table: HostTable, flavor: str, cell_use: I64, host_use: I64)
     return None
 
 
+IMPLIED_BY_COUNT: frozenset[type[HostFilter]] = frozenset(
+    {RamFilter, VcpuFilter, DiskFilter, PciPassthroughFilter, NumaTopologyFilter}
+)
+"""Resource filters that pass whenever the NUMA-exact count (`numa.count` >= 1, which
+`TargetRules.mask` applies anyway, with the page size in the static part) says one more fits;
+skipped there (exact classes only, not subclasses that may add rules)."""
+
+
 class TargetRules:
     """Hosts that may take a migrating instance now: the scheduler's filters plus the
     migration's own rules (same zone, enabled, not draining, not excluded, not the source).
@@ -120,6 +133,9 @@ class TargetRules:
         self.now = now
         self.blocked = blocked
         self._static: dict[Hashable, Mask] = {}
+        self._dynamic = [
+            f for f in scheduler.filters if not f.static and type(f) not in IMPLIED_BY_COUNT
+        ]
 
     def request(self, table: HostTable, alloc: Allocation) -> RequestSpec:
         zone = table.zones.words[int(table.zone[table.index[alloc.host]])]
@@ -153,9 +169,8 @@ class TargetRules:
         request = self.request(table, alloc)
         ctx = Context(table, request, table.demand(alloc.flavor), self.now)
         out = self.static_mask(table, alloc) & (table.resource_counts(alloc.flavor) >= 1)
-        for flt in self.scheduler.filters:
-            if not flt.static:
-                out &= flt.mask(ctx)
+        for flt in self._dynamic:
+            out &= flt.mask(ctx)
         if alloc.server_group is not None:
             group = table.groups.get(alloc.server_group)
             if group is not None and group.policy == GroupPolicy.ANTI_AFFINITY:
