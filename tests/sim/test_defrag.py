@@ -3,6 +3,7 @@ fit that fails without it; budgets, records and determinism; the option parsers.
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -160,3 +161,79 @@ def test_parse_budget():
             parse_budget(bad)
     with pytest.raises(DefragOptionError, match="budget"):
         PeriodicDefrag(interval=1.0, share=None)
+
+
+CSV = """id,start,end,vcpus,memory_mb,business
+a,0,5,1,1024,on-demand
+b,1,5,1,1024,on-demand
+c,2,,1,1024,on-demand
+d,3,,1,1024,preemptible
+e,4,,1,1024,preemptible
+big,10,,4,4096,on-demand
+"""
+
+SIZING = """kind: sizing
+host_types:
+  tiny:
+    numa_cells: [{shared_cpus: 4, memory_mb: 4096}]
+per_cluster: {tiny: 2}
+"""
+
+
+def test_simulate_with_defrag_every(tmp_path):
+    from typer.testing import CliRunner
+
+    from berth.cli.main import app
+
+    (tmp_path / "t.csv").write_text(CSV)
+    (tmp_path / "fleet.yaml").write_text(SIZING)
+    out = tmp_path / "out"
+    args = ["simulate", "--trace", str(tmp_path / "t.csv"), "--fleet", str(tmp_path / "fleet.yaml")]
+    args += [
+        "--policy",
+        "first_fit",
+        "--out",
+        str(out),
+        "--no-plots",
+        "--no-bound",
+        "--no-preemption",
+    ]
+    args += ["--flavor", "v4-m4096", "--defrag-every", "6s", "--defrag-budget", "2"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "migr" in result.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    runs = {p["policy"]: p for p in metrics["policies"]}
+    assert list(runs) == ["first_fit", "first_fit+defrag"]
+    assert runs["first_fit"]["acceptance"]["overall"] == pytest.approx(5 / 6)
+    assert runs["first_fit"]["defrag"] is None
+    assert runs["first_fit+defrag"]["acceptance"]["overall"] == 1.0
+    assert runs["first_fit+defrag"]["defrag"]["migrations"] == 1
+    assert metrics["options"]["defrag"]["flavors"] == ["v4-m4096"]
+    report = (out / "report.md").read_text()
+    assert "## Periodic defragmentation" in report
+    assert "| first_fit+defrag | 83.33% | 100.00% |" in report
+    assert "| migrations (defrag) | – | 1 |" in report
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--defrag-every", "soon", "--defrag-every: 'soon' is not a duration"),
+        ("--defrag-budget", "200%", "--defrag-budget: '200%' is neither"),
+        ("--defrag-flavor", "nope", "--defrag-flavor: unknown flavor 'nope'"),
+    ],
+)
+def test_simulate_bad_defrag_options_fail_in_one_line(tmp_path, option, value, message):
+    from typer.testing import CliRunner
+
+    from berth.cli.main import app
+
+    (tmp_path / "t.csv").write_text(CSV)
+    (tmp_path / "fleet.yaml").write_text(SIZING)
+    args = ["simulate", "--trace", str(tmp_path / "t.csv"), "--fleet", str(tmp_path / "fleet.yaml")]
+    args += ["--out", str(tmp_path / "o"), "--no-plots", "--no-bound", "--policy", "first_fit"]
+    args += ["--defrag-every", "6s", option, value]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2
+    assert message in " ".join(result.output.split())

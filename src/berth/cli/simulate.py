@@ -22,9 +22,10 @@ from rich.table import Table
 
 from berth.core.errors import BerthError
 from berth.sim.azure import read_azure
+from berth.sim.defrag import PeriodicDefrag, parse_budget, parse_interval
 from berth.sim.evictions import default_evictor
 from berth.sim.fleets import load_fleet_or_sizing
-from berth.sim.policies import resolve, resolve_all
+from berth.sim.policies import Policy, resolve, resolve_all
 from berth.sim.replay import PolicyRun, ReplayOptions, Simulation
 from berth.sim.report import write_report
 from berth.sim.synthetic import DEFAULT_SIZING, SyntheticConfig, generate
@@ -70,8 +71,25 @@ def run_simulation(
     show_progress: bool = True,
     command: str | None = None,
     warmup: str | None = None,
+    defrag_every: str | None = None,
+    defrag_budget: str = "3%",
+    defrag_flavors: list[str] | None = None,
+    defrag_concurrent: int = 1,
 ) -> dict[str, Any]:
-    """The whole command without the console: read, replay each policy, write the report."""
+    """The whole command without the console: read, replay each policy, write the report.
+
+    With `defrag_every`, every policy is replayed twice: as it is, and with periodic
+    defragmentation (named ``policy+defrag``)."""
+    defrag: PeriodicDefrag | None = None  # options first: fail before reading a trace
+    if defrag_every is not None:
+        share, count = parse_budget(defrag_budget)
+        defrag = PeriodicDefrag(
+            interval=parse_interval(defrag_every),
+            share=share,
+            migrations=count,
+            max_concurrent=defrag_concurrent,
+            flavors=tuple(defrag_flavors or ()),
+        )
     trace = load_trace(trace_spec, seed, azure_dir, days)
     if limit is not None:
         trace = trace.head(limit)
@@ -90,6 +108,15 @@ def run_simulation(
         warmup=resolve(warmup) if warmup else None,
     )
     sim = Simulation(trace, fleet, options)
+    unknown = [f for f in (defrag.flavors if defrag else ()) if f not in sim.base.flavors]
+    if unknown:
+        raise BerthError(f"--defrag-flavor: unknown flavor {unknown[0]!r}")
+    # (policy, periodic actions, run name): each policy as it is, then with defragmentation
+    plan: list[tuple[Policy, list[PeriodicDefrag], str]] = []
+    for policy in chosen:
+        plan.append((policy, [], policy.name))
+        if defrag is not None:
+            plan.append((policy, [defrag], policy.name + "+defrag"))
     runs: list[PolicyRun] = []
     if show_progress:
         with Progress(
@@ -100,17 +127,17 @@ def run_simulation(
             console=err,
             transient=False,
         ) as bar:
-            for policy in chosen:
-                task = bar.add_task(policy.name, total=int(sim.ev_time.size))
+            for policy, periodic, name in plan:
+                task = bar.add_task(name, total=int(sim.ev_time.size))
 
                 def tick(done: int, total: int, task: Any = task) -> None:
                     bar.update(task, completed=done)
 
                 sim.options.progress = tick
-                runs.append(sim.run(policy))
+                runs.append(sim.run(policy, periodic, name))
         sim.options.progress = None
     else:
-        runs = [sim.run(p) for p in chosen]
+        runs = [sim.run(policy, periodic, name) for policy, periodic, name in plan]
     opts = {
         "seed": seed,
         "limit": limit,
@@ -118,6 +145,16 @@ def run_simulation(
         "full_fraction": options.full_fraction,
         "preemption": evictor.name if evictor else "off",
         "warmup": warmup or "each policy",
+        "defrag": (
+            {
+                "every_s": defrag.interval,
+                "budget": defrag_budget,
+                "max_concurrent": defrag.max_concurrent,
+                "flavors": list(defrag.flavors) or sim.tracked,
+            }
+            if defrag
+            else None
+        ),
     }
     return write_report(out_dir, sim, runs, fleet_desc, command, opts, plots)
 
@@ -127,7 +164,11 @@ def _summary_table(metrics: dict[str, Any]) -> Table:
     big = tracked[0] if tracked else None
     grid = Table(title=f"{metrics['trace']['name']} on {metrics['fleet']}")
     grid.add_column("policy", no_wrap=True)
-    for col in ("acc%", "evict", "cpu%", "mem%", "empty", "frag%", "bnd+%", "p50µs", "ev/s"):
+    migrate = any(s.get("defrag") for s in metrics["policies"])
+    columns = ["acc%", "evict", "cpu%", "mem%", "empty", "frag%", "bnd+%", "p50µs", "ev/s"]
+    if migrate:
+        columns.insert(2, "migr")
+    for col in columns:
         grid.add_column(col, justify="right")
 
     def pct(x: float | None, digits: int = 1) -> str:
@@ -136,7 +177,7 @@ def _summary_table(metrics: dict[str, Any]) -> Table:
     for s in metrics["policies"]:
         util = s["utilisation"]
         lat = s["latency_us"]
-        grid.add_row(
+        cells = [
             s["policy"],
             pct(s["acceptance"]["overall"], 2),
             f"{s['evictions']['total']:,}",
@@ -147,9 +188,13 @@ def _summary_table(metrics: dict[str, Any]) -> Table:
             pct(s["bound"]["distance"]),
             f"{lat['p50']:.0f}" if lat else "–",
             f"{s['performance']['events_per_s'] / 1000:.1f}k",
-        )
+        ]
+        if migrate:
+            cells.insert(3, f"{s['defrag']['migrations']:,}" if s.get("defrag") else "–")
+        grid.add_row(*cells)
     grid.caption = (
-        "acc%: in-window requests placed; cpu%/mem%: utilisation of used hosts; "
+        "acc%: in-window requests placed; migr: live migrations of periodic defragmentation; "
+        "cpu%/mem%: utilisation of used hosts; "
         f"frag%: free CPU that cannot hold {big}; bnd+%: hosts used / lower bound - 1"
     )
     return grid
@@ -224,6 +269,33 @@ def register(app: typer.Typer) -> None:
                 "every policy alike (default: each policy places them itself)."
             ),
         ] = None,
+        defrag_every: Annotated[
+            str | None,
+            typer.Option(
+                "--defrag-every",
+                help="Also replay every policy with periodic defragmentation, every this much "
+                "trace time (e.g. 1d, 12h, 3600); reported as POLICY+defrag.",
+            ),
+        ] = None,
+        defrag_budget: Annotated[
+            str,
+            typer.Option(
+                "--defrag-budget",
+                help="Migrations per defragmentation run: a share of the running VMs (3%) or "
+                "a number (50).",
+            ),
+        ] = "3%",
+        defrag_flavor: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--defrag-flavor",
+                help="Flavor whose capacity defragmentation restores (repeatable; default: "
+                "the tracked large flavors).",
+            ),
+        ] = None,
+        defrag_concurrent: Annotated[
+            int, typer.Option("--defrag-concurrent", min=1, help="Migrations per wave.")
+        ] = 1,
     ) -> None:
         """Replay a VM trace against a fleet under several placement policies; write a report."""
         command = "berth " + " ".join(shlex.quote(a) for a in sys.argv[1:])
@@ -246,6 +318,10 @@ def register(app: typer.Typer) -> None:
                 show_progress=not as_json,
                 command=command,
                 warmup=warmup,
+                defrag_every=defrag_every,
+                defrag_budget=defrag_budget,
+                defrag_flavors=defrag_flavor,
+                defrag_concurrent=defrag_concurrent,
             )
         except BerthError as exc:
             _fail(str(exc))

@@ -419,7 +419,8 @@ class Replica:
                                 alloc, migratable=False
                             )
                         if p.get("preemptible"):
-                            self.preemptible[p["instance_id"]] = ev.ts
+                            # a migrated instance keeps its age (what a fresh load reads)
+                            self.preemptible[p["instance_id"]] = p.get("created_at", ev.ts)
                         if self.engine is not None:
                             from berth.service import policy
 
