@@ -238,6 +238,21 @@ def test_drain_empties_the_host_and_never_targets_it() -> None:
     assert table.n_instances[table.index["d"]] == 0
 
 
+def test_drain_per_host_limit_moves_on_to_the_next_drain_host() -> None:
+    hosts = [host(h, vcpus=8, mem=8192) for h in ("a", "b", "d", "e")]
+    instances = [
+        instance("d1", "d", "small"),
+        instance("d2", "d", "small"),
+        instance("e1", "e", "small"),
+        pinned(instance("a1", "a", "medium")),
+    ]
+    table = table_of(hosts, [SMALL, MEDIUM, LARGE], instances)
+    target = Target(flavors=("large",), drain=("d", "e"))
+    p = plan(table, target, Budget(max_migrations=5, max_per_host=1))
+    assert sorted(m.instance_id for m in p.moves) == ["d1", "e1"]
+    assert p.after.drained_left == 1
+
+
 def test_drain_of_a_host_whose_instance_fits_nowhere_leaves_it() -> None:
     hosts = [host("a", vcpus=8, mem=8192), host("d", vcpus=8, mem=8192)]
     instances = [instance("big", "d", "large"), pinned(instance("a1", "a", "small"))]

@@ -206,8 +206,10 @@ class _Planner:
             )
             self.is_source[row] = True
             for iid in ids:
-                if self.left() <= 0 or self.touches[row] >= self.per_host:
+                if self.left() <= 0:
                     return
+                if self.touches[row] >= self.per_host:
+                    break  # this host's share of the budget is spent; the next one may move
                 alloc = work.allocations[iid]
                 dest = self.best_target(alloc)
                 if dest is not None:
