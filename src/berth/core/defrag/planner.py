@@ -39,6 +39,8 @@ I64 = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
 
 _EPS = 1e-9
+PATIENCE = 8
+"""`best_subset` stops after this many removals without a better gain per migration."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,7 @@ class _Planner:
         self.is_source = np.zeros(n, dtype=bool)
         self.is_target = np.zeros(n, dtype=bool)
         self.steps: list[_Step] = []
+        self._subsets: dict[int, tuple[tuple[int, int], tuple[list[str], F64]]] = {}
         self.exclusive = True
         """Donors and receivers apart: sources are never targets and targets never sources
         (the first pass; a second one, with the budget left, mixes them)."""
@@ -311,16 +314,37 @@ class _Planner:
         return np.maximum(full, best_single[rows])
 
     def best_subset(self, row: int, limit: int) -> tuple[list[str], float]:
+        """The instances of `row` whose removal gains the most objective per migration, at most
+        `limit` of them (`removal_order`, remembered until the host changes: the lazy greedy
+        asks again for hosts it re-queued)."""
+        key = (int(self.work.touched[row]), len(self.movable.get(row, [])))
+        seen = self._subsets.get(row)
+        if seen is None or seen[0] != key:
+            seen = (key, self.removal_order(row))
+            self._subsets[row] = seen
+        order, gains = seen[1]
+        k = min(len(order), limit)
+        if k == 0:
+            return [], 0.0
+        ratios = gains[:k] / np.arange(1, k + 1)
+        j = int(np.argmax(ratios))  # the first best: fewest migrations on ties
+        if gains[j] <= _EPS:
+            return [], 0.0
+        return order[: j + 1], float(gains[j])
+
+    def removal_order(self, row: int) -> tuple[list[str], F64]:
         """Greedy: remove, one at a time, the instance whose removal helps most (larger first on
-        ties); return the prefix with the best objective gain per migration."""
+        ties); the order and the objective gained by each prefix. Stops `PATIENCE` removals past
+        the best gain per migration, or at the per-host budget."""
         work, value = self.work, self.value
         ids = sorted(
             self.movable.get(row, []),
             key=lambda i: _size(work, work.allocations[i]),
             reverse=True,
         )
-        if not ids or limit <= 0:
-            return [], 0.0
+        limit = min(len(ids), int(self.per_host - self.touches[row]))
+        if limit <= 0:
+            return [], np.zeros(0)
         cell_use = np.stack([work.allocations[i].cell_use for i in ids])
         host_use = np.stack([work.allocations[i].host_use for i in ids])
         cell_free = work.cell_free[row].copy()
@@ -329,8 +353,9 @@ class _Planner:
         v0 = float(self.current()[row])
         remaining = list(range(len(ids)))
         chosen: list[int] = []
-        best_ratio, best_j, best_gain = 0.0, 0, 0.0
-        for j in range(1, min(len(ids), limit) + 1):
+        gains: list[float] = []
+        best_ratio, best_j = 0.0, 0
+        for j in range(1, limit + 1):
             cand = np.array(remaining, dtype=np.int64)
             vals = value.of(
                 np.full(cand.size, row, dtype=np.int64),
@@ -343,10 +368,12 @@ class _Planner:
             remaining.remove(int(cand[pick]))
             cell_free += cell_use[cand[pick]]
             host_free += host_use[cand[pick]]
-            gain = float(vals[pick]) - v0
-            if gain > _EPS and gain / j > best_ratio + _EPS:
-                best_ratio, best_j, best_gain = gain / j, j, gain
-        return [ids[c] for c in chosen[:best_j]], best_gain
+            gains.append(float(vals[pick]) - v0)
+            if gains[-1] > _EPS and gains[-1] / j > best_ratio + _EPS:
+                best_ratio, best_j = gains[-1] / j, j
+            elif j - best_j >= PATIENCE:
+                break  # removals this far past the best prefix rarely pay per migration
+        return [ids[c] for c in chosen], np.array(gains)
 
 
 def numa_load(table: HostTable) -> F64:
