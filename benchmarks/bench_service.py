@@ -67,6 +67,8 @@ class Result:
     audit: str = "ok"
     cpu_ms: float = 0.0
     """Replica CPU time (user + system, all replicas) per acknowledged placement."""
+    reloads: int = 0
+    """Full cache reloads of the replicas after their start (a lost race that repeats)."""
 
     @property
     def rate(self) -> float:
@@ -86,6 +88,7 @@ class Result:
             "p99_ms": round(float(np.percentile(lat, 99)), 2),
             "decision_ms_mean": round(self.decision_ms, 3),
             "conflicts_retried": self.conflicts,
+            "reloads": self.reloads,
             "server_cpu_ms": round(self.cpu_ms, 2),
             "per_core_per_s": round(1e3 / self.cpu_ms, 1) if self.cpu_ms else None,
             "audit": self.audit,
@@ -153,7 +156,8 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _scrape(base: str) -> tuple[float, float, int]:
+def _scrape(base: str) -> tuple[float, float, int, int]:
+    """(decision seconds sum, decisions, conflicts retried, cache reloads after the first)."""
     text_ = httpx.get(base + "/metrics", timeout=5).text
     values: dict[str, float] = {}
     for line in text_.splitlines():
@@ -162,10 +166,13 @@ def _scrape(base: str) -> tuple[float, float, int]:
             values[key] = float(value)
         if line.startswith("berth_placement_conflicts_total"):
             values["conflicts"] = float(line.split()[1])
+        if line.startswith("berth_reloads{"):
+            values["reloads"] = float(line.split()[-1])
     return (
         values.get("berth_decision_seconds_sum", 0.0),
         values.get("berth_decision_seconds_count", 0.0),
         int(values.get("conflicts", 0)),
+        max(0, int(values.get("reloads", 1)) - 1),
     )
 
 
@@ -230,6 +237,7 @@ def run(
                 sums = [_scrape(base) for _, base in procs]
                 decision = sum(s[0] for s in sums) / max(1.0, sum(s[1] for s in sums)) * 1e3
                 conflicts = sum(s[2] for s in sums)
+                reloads = sum(s[3] for s in sums)
             finally:
                 for proc, _ in procs:
                     proc.send_signal(signal.SIGTERM)
@@ -251,6 +259,7 @@ def run(
         conflicts,
         "ok" if not problems else "; ".join(problems[:3]),
         cpu * 1e3 / max(1, len(lat)),
+        reloads,
     )
 
 
@@ -301,8 +310,9 @@ def write_report(path: Path, rows: list[dict[str, Any]], args: argparse.Namespac
         f"{args.clients} client threads with keep-alive connections, round-robin over replicas.",
         "",
         "| config | replicas | placed | failed | s | placements/s | per replica | p50 ms | "
-        "p99 ms | decision ms | server CPU ms | per core/s | conflicts retried | audit |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "p99 ms | decision ms | server CPU ms | per core/s | conflicts retried | reloads | "
+        "audit |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
@@ -310,7 +320,7 @@ def write_report(path: Path, rows: list[dict[str, Any]], args: argparse.Namespac
             f"{r['seconds']} | {r['placements_per_s']} | {r['per_replica_per_s']} | "
             f"{r['p50_ms']} | {r['p99_ms']} | {r['decision_ms_mean']} | "
             f"{r['server_cpu_ms']} | {r['per_core_per_s']} | "
-            f"{r['conflicts_retried']} | {r['audit']} |"
+            f"{r['conflicts_retried']} | {r['reloads']} | {r['audit']} |"
         )
     lines += [
         "",
@@ -395,7 +405,8 @@ def main() -> None:
             f"per replica {row['per_replica_per_s']:7.1f}"
             f"  p50 {row['p50_ms']:6.2f} ms  p99 {row['p99_ms']:7.2f} ms  "
             f"decision {row['decision_ms_mean']:.3f} ms  failed {row['failures']}  "
-            f"conflicts {row['conflicts_retried']}  cpu {row['server_cpu_ms']} ms"
+            f"conflicts {row['conflicts_retried']}  reloads {row['reloads']}  "
+            f"cpu {row['server_cpu_ms']} ms"
             f" ({row['per_core_per_s']}/s per core)  audit {row['audit']}",
             flush=True,
         )

@@ -156,6 +156,31 @@ def test_a_revived_host_reaches_other_replicas_as_an_event(db_url):
         close([a, b])
 
 
+def test_races_lost_to_logged_commits_need_no_reload(db_url):
+    """Replica b takes the only host twice between a's decision and a's commit: a loses twice,
+    catches up from the events each time and places on the third attempt, without reloading."""
+    a, b = replicas(db_url, hosts=1)
+    try:
+        real, races = a.store.commit_placement, [2]
+
+        def racing(**kwargs):
+            if races[0]:
+                races[0] -= 1
+                b.place(PlaceArgs(flavor="p4", count=1, project="default"))
+            return real(**kwargs)
+
+        a.store.commit_placement = racing  # type: ignore[method-assign]
+        reloads = a.reloads
+        placed = a.place(PlaceArgs(flavor="p4", count=1, project="default"))
+        assert placed.attempts == 3
+        assert a.reloads == reloads
+        b.sync()
+        assert same_tables(a, b)
+        assert audit(a.store) == []
+    finally:
+        close([a, b])
+
+
 def test_background_sync_follows_the_log(db_url):
     """The sync thread wakes on NOTIFY (PostgreSQL) or polls (SQLite)."""
     a, b = replicas(db_url, poll=0.05 if "sqlite" in db_url else 5.0)

@@ -551,12 +551,16 @@ class Replica:
                     key = getattr(exc, "name", "")
                     lost[key] = lost.get(key, 0) + 1
                     with self.lock:
-                        # a plan that no longer fits, or losing twice on the same host or set
-                        # even after catching up, means the cache missed something: reload
-                        if isinstance(exc, PlanRejectedError) or lost[key] >= 2:
+                        if isinstance(exc, PlanRejectedError):  # the cache missed something
                             self.needs_reload = True
                         self._done(touched)
                     self.sync()  # catch up with whoever won, then decide again
+                    with self.lock:
+                        # a race lost to a commit whose event has now been applied is plain
+                        # contention (a hot host): decide again on the caught-up table; only
+                        # a loss the log does not explain means the cache missed something
+                        if not self._explained(exc, commit_args, lost[key]):
+                            self.needs_reload = True
                     continue
                 except BaseException:
                     with self.lock:
@@ -573,6 +577,22 @@ class Replica:
             f"gave up after {self.config.max_attempts} attempts lost to concurrent writers "
             f"(last: {last_conflict})"
         )
+
+    def _explained(self, exc: BerthError, commit_args: dict[str, Any], losses: int) -> bool:
+        """Whether the cache, after a sync, has moved past the generation a lost commit read
+        (caller holds the lock); other conflicts count as explained once."""
+        if isinstance(exc, GenerationConflictError) and exc.kind == "host":
+            cl = self.host_cluster.get(exc.name)
+            read = commit_args["host_generations"].get(exc.name)
+            if cl is None or read is None:
+                return False
+            table = self.clusters[cl].table
+            return int(table.generation[table.index[exc.name]]) != read
+        if isinstance(exc, GenerationConflictError) and exc.kind == "deployment set":
+            group = self.groups.get(exc.name)
+            read = commit_args["group_generations"].get(exc.name)
+            return group is not None and read is not None and group.generation != read
+        return losses < 2
 
     def _group_lock(self, gid: str | None) -> Any:
         if gid is None:
