@@ -7,10 +7,13 @@ import signal
 import subprocess
 import sys
 import textwrap
+from datetime import UTC, datetime
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from hypothesis import given
+from hypothesis import strategies as st
 
 from berth.core.model import Flavor
 from berth.core.table import HostTable
@@ -35,6 +38,7 @@ from berth.store.repo import (
     Outcome,
     PoolRow,
     Store,
+    day_of,
 )
 from berth.store.schema import metadata
 from tests.store.fleets import NOW, claim_one, host, small_fleet
@@ -263,9 +267,7 @@ KILL_POINTS = {
 def test_killed_process_mid_claim_leaves_no_partial_claim(store, db_url, point):
     """SIGKILL between the generation update and the commit: nothing of the claim remains."""
     loaded(store)
-    module, _, name = KILL_POINTS["sqlite" if store.sqlite else "postgresql"][point].rpartition(
-        "."
-    )
+    module, _, name = KILL_POINTS["sqlite" if store.sqlite else "postgresql"][point].rpartition(".")
     script = textwrap.dedent(
         f"""
         import importlib, os, signal
@@ -355,9 +357,7 @@ def test_a_heartbeat_that_revives_a_host_is_an_event(store, previous, timestamp,
     store.report("h-c1-0", timestamp, None, down_after=60.0)
     events = store.events_after(before)
     if alive_event:
-        assert [(e.kind, e.host, e.generation) for e in events] == [
-            ("host_alive", "h-c1-0", None)
-        ]
+        assert [(e.kind, e.host, e.generation) for e in events] == [("host_alive", "h-c1-0", None)]
         assert events[0].payload == {"heartbeat": timestamp, "previous": previous}
     else:
         assert events == []
@@ -490,3 +490,10 @@ def test_remove_host(store):
     with pytest.raises(NotFoundError):
         store.remove_host("h-c1-3")
     assert store.events_after(0, kind="host_removed")[0].host == "h-c1-3"
+
+
+@given(st.lists(st.floats(min_value=0, max_value=4e9, allow_nan=False), min_size=1, max_size=30))
+def test_day_of_is_the_utc_date_whatever_the_order_of_calls(stamps):
+    """`day_of` remembers the last day it formatted; any sequence of calls gives the date."""
+    for ts in stamps:
+        assert day_of(ts) == datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d")

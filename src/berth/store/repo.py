@@ -62,8 +62,19 @@ RECENT_IDS = 10_000  # how far back a snapshot looks for event ids not committed
 ROLES = ("admin", "operator", "tenant", "reader")
 
 
+_DAY: list[tuple[float, float, str]] = [(0.0, 0.0, "")]  # the last day asked: [start, end)
+
+
 def day_of(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d")
+    """The UTC day of a timestamp, "YYYY-MM-DD" (the last day is remembered: every placement
+    asks, formatting a date costs more than the rest of its outcome row)."""
+    start, end, label = _DAY[0]
+    if start <= ts < end:
+        return label
+    label = datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d")
+    start = ts - ts % 86400  # UTC days are 86400 s long (POSIX time has no leap seconds)
+    _DAY[0] = (start, start + 86400, label)
+    return label
 
 
 def hash_token(secret: str) -> str:
