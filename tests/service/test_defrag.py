@@ -529,7 +529,9 @@ def test_the_cli_drives_a_plan_on_a_real_server(tmp_path):
         assert berth("execute", plan["id"], "--auto-confirm").returncode == 0
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:  # the service's driver thread carries it out
-            body = json.loads(berth("show", plan["id"], "--json").stdout)
+            shown = berth("show", plan["id"], "--json")
+            assert shown.returncode == 0, (shown.stderr, server.log.read_text()[-3000:])
+            body = json.loads(shown.stdout)
             if body["state"] == "done":
                 break
             time.sleep(0.2)
