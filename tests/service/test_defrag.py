@@ -188,6 +188,11 @@ def test_the_adapter_confirms_each_step_and_waves_run_in_order(svc):
             held = svc.store.get_instance(s["instance_id"] + "@migrating")
             assert held.host == s["target"]
             assert svc.store.get_instance(s["instance_id"]).host == s["source"]
+        shadow = flying[0]["instance_id"] + "@migrating"  # released only through its step
+        r = svc.client.delete(f"/v1/instances/{shadow}", headers=svc.h("operator"))
+        assert (r.status_code, r.json()["error"]["code"]) == (409, "migration_allocation")
+        r = svc.post("/v1/evictions", {"instance_id": shadow})
+        assert (r.status_code, r.json()["error"]["code"]) == (409, "migration_allocation")
         for s in flying:
             r = svc.post(f"/v1/defrag/plans/{pid}/steps/{s['step']}/confirm")
             assert r.status_code == 200, r.text

@@ -39,7 +39,7 @@ from berth.core.resources import C_MEM, C_PCPU, H_MEM, H_VCPU
 from berth.core.table import HostTable
 from berth.policy.model import Policy
 from berth.policy.pipeline import PolicyEngine
-from berth.store.defrag import DefragStore
+from berth.store.defrag import DefragStore, MigrationAllocationError, is_migration
 from berth.store.errors import GenerationConflictError, PlanRejectedError
 from berth.store.footprint import to_arrays, to_named
 from berth.store.repo import (
@@ -866,6 +866,10 @@ class Replica:
     def release(
         self, instance_id: str, project: str | None = None, reason: str | None = None
     ) -> None:
+        if is_migration(instance_id):
+            raise MigrationAllocationError(
+                f"{instance_id!r} holds a live migration's target: confirm or abort its step"
+            )
         _, ev = self.store.release(instance_id, project=project, reason=reason)
         with self.lock:
             self._apply_own(ev)

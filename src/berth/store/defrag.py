@@ -71,6 +71,12 @@ class StepSkippedError(StoreError):
     code = "step_skipped"
 
 
+class MigrationAllocationError(StoreError):
+    """A migration allocation is released by confirming or aborting its step, not directly."""
+
+    code = "migration_allocation"
+
+
 @dataclass(frozen=True)
 class NewStep:
     step: int
