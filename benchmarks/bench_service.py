@@ -74,6 +74,11 @@ class Result:
     """Replica CPU time (user + system, all replicas) per acknowledged placement."""
     reloads: int = 0
     """Full cache reloads of the replicas after their start (a lost race that repeats)."""
+    client_cpu_ms: float = 0.0
+    """CPU of the benchmark's client threads (this process) per acknowledged placement."""
+    db_cpu_ms: float | None = None
+    """CPU of the PostgreSQL backends serving the run's database per placement (None: SQLite,
+    whose work runs inside the replica)."""
 
     @property
     def rate(self) -> float:
@@ -94,6 +99,8 @@ class Result:
             "decision_ms_mean": round(self.decision_ms, 3),
             "conflicts_retried": self.conflicts,
             "reloads": self.reloads,
+            "client_cpu_ms": round(self.client_cpu_ms, 2),
+            "db_cpu_ms": None if self.db_cpu_ms is None else round(self.db_cpu_ms, 2),
             "server_cpu_ms": round(self.cpu_ms, 2),
             "per_core_per_s": round(1e3 / self.cpu_ms, 1) if self.cpu_ms else None,
             "audit": self.audit,
@@ -159,6 +166,27 @@ def _cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _backend_cpu(url: str) -> dict[int, float]:
+    """CPU seconds of each PostgreSQL backend connected to the run's database ({} on SQLite;
+    the server runs on this machine, so its processes are readable in /proc)."""
+    if url.startswith("sqlite"):
+        return {}
+    name = url.rsplit("/", 1)[1]
+    engine = create_engine(normalise_url(PG))
+    try:
+        with engine.connect() as conn:
+            pids = conn.execute(
+                text("SELECT pid FROM pg_stat_activity WHERE datname = :n"), {"n": name}
+            ).scalars()
+            out = {}
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    out[int(pid)] = _cpu_seconds(int(pid))
+            return out
+    finally:
+        engine.dispose()
 
 
 def _scrape(base: str) -> tuple[float, float, int, int]:
@@ -232,6 +260,8 @@ def run(
                             http.post(base + "/v1/placements", json={"flavor": FLAVORS[k]})
                 threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
                 cpu0 = sum(_cpu_seconds(proc.pid) for proc, _ in procs)
+                db0 = _backend_cpu(url)
+                client0 = time.process_time()
                 started = time.perf_counter()
                 for t in threads:
                     t.start()
@@ -239,6 +269,9 @@ def run(
                     t.join()
                 seconds = time.perf_counter() - started
                 cpu = sum(_cpu_seconds(proc.pid) for proc, _ in procs) - cpu0
+                client_cpu = time.process_time() - client0
+                db1 = _backend_cpu(url)
+                db_cpu = sum(v - db0.get(pid, 0.0) for pid, v in db1.items()) if db1 else None
                 sums = [_scrape(base) for _, base in procs]
                 decision = sum(s[0] for s in sums) / max(1.0, sum(s[1] for s in sums)) * 1e3
                 conflicts = sum(s[2] for s in sums)
@@ -265,6 +298,8 @@ def run(
         "ok" if not problems else "; ".join(problems[:3]),
         cpu * 1e3 / max(1, len(lat)),
         reloads,
+        client_cpu * 1e3 / max(1, len(lat)),
+        None if db_cpu is None else db_cpu * 1e3 / max(1, len(lat)),
     )
 
 
@@ -328,16 +363,17 @@ def write_report(path: Path, rows: list[dict[str, Any]], args: argparse.Namespac
         f"{args.clients} client threads with keep-alive connections, round-robin over replicas.",
         "",
         "| config | replicas | placed | failed | s | placements/s | per replica | p50 ms | "
-        "p99 ms | decision ms | server CPU ms | per core/s | conflicts retried | reloads | "
-        "audit |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "p99 ms | decision ms | server CPU ms | per core/s | client CPU ms | db CPU ms | "
+        "conflicts retried | reloads | audit |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['config']} | {r['replicas']} | {r['placements']} | {r['failures']} | "
             f"{r['seconds']} | {r['placements_per_s']} | {r['per_replica_per_s']} | "
             f"{r['p50_ms']} | {r['p99_ms']} | {r['decision_ms_mean']} | "
-            f"{r['server_cpu_ms']} | {r['per_core_per_s']} | "
+            f"{r['server_cpu_ms']} | {r['per_core_per_s']} | {r['client_cpu_ms']} | "
+            f"{'-' if r['db_cpu_ms'] is None else r['db_cpu_ms']} | "
             f"{r['conflicts_retried']} | {r['reloads']} | {r['audit']} |"
         )
     lines += [
@@ -376,6 +412,12 @@ def write_report(path: Path, rows: list[dict[str, Any]], args: argparse.Namespac
         "placement, read from /proc; *per core/s* = 1000 / that: the placements one replica "
         "could do per second on a core of its own (a replica is one Python process: it uses about "
         "one core). The client threads and PostgreSQL are not counted.",
+        "- *client CPU ms* is the CPU of the benchmark's own client threads (httpx, one "
+        "process) per placement; *db CPU ms* that of the PostgreSQL backends serving the run's "
+        "database (SQLite's work is inside the replica). Replica + client + database CPU per "
+        "placement is what the 2 cores must supply, so on this machine the placements per "
+        "second cannot exceed 2000 / that sum, less what other processes take (the load "
+        "average above).",
         "- *audit*: after each run, every host's recorded instances are summed against its "
         "capacity from the rows alone (`berth.store.audit`).",
         "- Rows marked *(before)*, when present, ran the replicas from the source tree given "
@@ -431,7 +473,8 @@ def main() -> None:
             f"  p50 {row['p50_ms']:6.2f} ms  p99 {row['p99_ms']:7.2f} ms  "
             f"decision {row['decision_ms_mean']:.3f} ms  failed {row['failures']}  "
             f"conflicts {row['conflicts_retried']}  reloads {row['reloads']}  "
-            f"cpu {row['server_cpu_ms']} ms"
+            f"cpu {row['server_cpu_ms']} ms (client {row['client_cpu_ms']}, "
+            f"db {row['db_cpu_ms']})"
             f" ({row['per_core_per_s']}/s per core)  audit {row['audit']}",
             flush=True,
         )
