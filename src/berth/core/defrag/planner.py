@@ -30,6 +30,7 @@ from berth.core.defrag.objective import (
 from berth.core.defrag.rules import PlanError, TargetRules, anti_affinity_ok, immovable
 from berth.core.engine import FilterScheduler
 from berth.core.errors import ClaimError
+from berth.core.resources import CELL_BASE
 from berth.core.table import Allocation, HostTable
 
 __all__ = ["PlanError", "apply_moves", "check_plan", "measure", "plan_defrag", "replan_move"]
@@ -282,8 +283,9 @@ class _Planner:
                 heapq.heappush(heap, (-ratio, used, tie, row))  # it may pay again; re-checked
 
     def estimates(self, rows: I64) -> F64:
-        """Per candidate host: gain per migration of emptying it of its movable instances, or
-        of moving its single best instance, whichever is more (a cheap ordering key)."""
+        """Per candidate host: gain per migration of emptying it of its movable instances, of
+        emptying one NUMA cell of them, or of moving its single best instance, whichever is
+        more (a cheap ordering key; the exact subset is found when the host comes up)."""
         work, value = self.work, self.value
         ids = [i for r in rows for i in self.movable[int(r)]]
         allocs = [work.allocations[i] for i in ids]
@@ -311,7 +313,26 @@ class _Planner:
             work.n_instances[rows].astype(np.int64) - k[rows],
         )
         full = (full - now[rows]) / np.maximum(k[rows], 1)
-        return np.maximum(full, best_single[rows])
+        best = np.maximum(full, best_single[rows])
+        core: Mask = np.asarray(cell_use[:, :, :CELL_BASE].any(axis=2))  # instances x cells
+        for c in range(core.shape[1]):
+            alone = core[:, c] & ~core[:, 1 - c]
+            if not alone.any():
+                continue
+            cell_c = np.zeros((n, *cell_use.shape[1:]), dtype=np.int64)
+            host_c = np.zeros((n, host_use.shape[1]), dtype=np.int64)
+            np.add.at(cell_c, owner[alone], cell_use[alone])
+            np.add.at(host_c, owner[alone], host_use[alone])
+            k_c = np.bincount(owner[alone], minlength=n)[rows]
+            opened = value.of(
+                rows,
+                cf + cell_c[rows],
+                hf + host_c[rows],
+                work.n_instances[rows].astype(np.int64) - k_c,
+            )
+            ratio = np.where(k_c > 0, (opened - now[rows]) / np.maximum(k_c, 1), -np.inf)
+            best = np.maximum(best, ratio)
+        return best
 
     def best_subset(self, row: int, limit: int) -> tuple[list[str], float]:
         """The instances of `row` whose removal gains the most objective per migration, at most
