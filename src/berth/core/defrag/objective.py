@@ -19,8 +19,10 @@ from berth.core.errors import SpecError
 from berth.core.filters.base import Context
 from berth.core.filters.num_instances import NumInstancesFilter
 from berth.core.filters.numa_topology import NumaTopologyFilter
+from berth.core.flavors import NumaMode
 from berth.core.fragmentation import eligible_hosts, fragmentation_rate
 from berth.core.request import RequestSpec
+from berth.core.resources import CELL_BASE
 from berth.core.table import HostTable
 
 F64 = npt.NDArray[np.float64]
@@ -93,6 +95,26 @@ class HostValue:
             if self.limit is not None:
                 counts = np.minimum(counts, self.limit - n_instances)
             out += weight * np.where(eligible[rows], np.maximum(counts, 0), 0)
+        return out
+
+    def progress(self, cell_free: I64, host_free: I64) -> F64:
+        """A smooth tie-breaker for `of`: the target flavors' slots counted without rounding
+        down (per cell for guests with a NUMA topology, per host otherwise), so that of two
+        removals that open no slot yet, the one that brings a slot closer counts more."""
+        out = np.zeros(cell_free.shape[0], dtype=np.float64)
+        for d, weight in zip(self.demands, self.weights, strict=True):
+            if d.mode == NumaMode.NONE:
+                need = d.host.astype(np.float64)
+                cols = np.flatnonzero(need)
+                frac = (host_free[:, cols] / need[cols]).min(axis=1)
+            else:
+                need = d.total[:CELL_BASE].astype(np.float64) / (
+                    1 if d.mode == NumaMode.SINGLE else 2
+                )
+                cols = np.flatnonzero(need)
+                per_cell = (cell_free[:, :, cols] / need[cols]).min(axis=2)
+                frac = per_cell.max(axis=1) if d.mode == NumaMode.SINGLE else per_cell.min(axis=1)
+            out += weight * frac
         return out
 
     def rows(self, table: HostTable, rows: I64) -> F64:

@@ -41,6 +41,8 @@ Mask = npt.NDArray[np.bool_]
 
 _EPS = 1e-9
 PATIENCE = 8
+PREFIX = 4
+"""`estimates` also values removing a host's (or a cell's) 1..PREFIX largest instances."""
 """`best_subset` stops after this many removals without a better gain per migration."""
 
 
@@ -283,13 +285,16 @@ class _Planner:
                 heapq.heappush(heap, (-ratio, used, tie, row))  # it may pay again; re-checked
 
     def estimates(self, rows: I64) -> F64:
-        """Per candidate host: gain per migration of emptying it of its movable instances, of
-        emptying one NUMA cell of them, or of moving its single best instance, whichever is
-        more (a cheap ordering key; the exact subset is found when the host comes up)."""
+        """Per candidate host, a cheap ordering key: the best gain per migration among moving
+        its single best instance, and removing the 1..`PREFIX` largest or all of its movable
+        instances (on the whole host, or on one NUMA cell: opening that cell). The exact subset
+        is found when the host comes up (`best_subset`)."""
         work, value = self.work, self.value
         ids = [i for r in rows for i in self.movable[int(r)]]
         allocs = [work.allocations[i] for i in ids]
         owner = np.array([work.index[a.host] for a in allocs], dtype=np.int64)
+        size = np.array([_size(work, a) for a in allocs], dtype=np.int64)
+        size = size[:, 0] * (1 << 32) + size[:, 1]
         cell_use = np.stack([a.cell_use for a in allocs])
         host_use = np.stack([a.host_use for a in allocs])
         now = self.current()
@@ -300,38 +305,31 @@ class _Planner:
         n = len(work)
         best_single = np.full(n, -np.inf)
         np.maximum.at(best_single, owner, single)
-        cell_sum = np.zeros((n, *cell_use.shape[1:]), dtype=np.int64)
-        host_sum = np.zeros((n, host_use.shape[1]), dtype=np.int64)
-        np.add.at(cell_sum, owner, cell_use)
-        np.add.at(host_sum, owner, host_use)
-        k = np.bincount(owner, minlength=n)
+        best = best_single[rows]
         cf, hf = work.free_rows(rows)
-        full = value.of(
-            rows,
-            cf + cell_sum[rows],
-            hf + host_sum[rows],
-            work.n_instances[rows].astype(np.int64) - k[rows],
-        )
-        full = (full - now[rows]) / np.maximum(k[rows], 1)
-        best = np.maximum(full, best_single[rows])
+        left = work.n_instances[rows].astype(np.int64)
         core: Mask = np.asarray(cell_use[:, :, :CELL_BASE].any(axis=2))  # instances x cells
-        for c in range(core.shape[1]):
-            alone = core[:, c] & ~core[:, 1 - c]
-            if not alone.any():
+        groups = [np.ones(len(ids), dtype=bool)]
+        groups += [core[:, c] & ~core[:, 1 - c] for c in range(core.shape[1])]
+        for members in groups:
+            idx = np.flatnonzero(members)
+            if idx.size == 0:
                 continue
-            cell_c = np.zeros((n, *cell_use.shape[1:]), dtype=np.int64)
-            host_c = np.zeros((n, host_use.shape[1]), dtype=np.int64)
-            np.add.at(cell_c, owner[alone], cell_use[alone])
-            np.add.at(host_c, owner[alone], host_use[alone])
-            k_c = np.bincount(owner[alone], minlength=n)[rows]
-            opened = value.of(
-                rows,
-                cf + cell_c[rows],
-                hf + host_c[rows],
-                work.n_instances[rows].astype(np.int64) - k_c,
-            )
-            ratio = np.where(k_c > 0, (opened - now[rows]) / np.maximum(k_c, 1), -np.inf)
-            best = np.maximum(best, ratio)
+            idx = idx[np.lexsort((-size[idx], owner[idx]))]  # by host, largest first
+            own = owner[idx]
+            first = np.flatnonzero(np.r_[True, own[1:] != own[:-1]])
+            rank = np.arange(idx.size) - np.repeat(first, np.diff(np.r_[first, idx.size]))
+            count = np.bincount(own, minlength=n)[rows]
+            for j in (*range(1, PREFIX + 1), None):
+                take_ = idx if j is None else idx[rank < j]
+                cell_sum = np.zeros((n, *cell_use.shape[1:]), dtype=np.int64)
+                host_sum = np.zeros((n, host_use.shape[1]), dtype=np.int64)
+                np.add.at(cell_sum, owner[take_], cell_use[take_])
+                np.add.at(host_sum, owner[take_], host_use[take_])
+                k = count if j is None else np.minimum(count, j)
+                opened = value.of(rows, cf + cell_sum[rows], hf + host_sum[rows], left - k)
+                ratio = np.where(k > 0, (opened - now[rows]) / np.maximum(k, 1), -np.inf)
+                best = np.maximum(best, ratio)
         return best
 
     def best_subset(self, row: int, limit: int) -> tuple[list[str], float]:
@@ -384,7 +382,13 @@ class _Planner:
                 host_free[None] + host_use[cand],
                 np.full(cand.size, n_inst - j, dtype=np.int64),
             )
-            pick = int(np.argmax(vals))
+            best = np.flatnonzero(vals >= vals.max() - _EPS)
+            if best.size > 1:  # no removal gains more than another: the one closest to a slot
+                closer = value.progress(
+                    cell_free[None] + cell_use[cand[best]], host_free[None] + host_use[cand[best]]
+                )
+                best = best[closer >= closer.max() - _EPS]
+            pick = int(best[0])
             chosen.append(int(cand[pick]))
             remaining.remove(int(cand[pick]))
             cell_free += cell_use[cand[pick]]
