@@ -129,6 +129,8 @@ def test_exact_equals_brute_force(seed: int, target: Target, budget: Budget) -> 
     assert exact.moved <= budget.max_migrations
     heuristic = plan_defrag(table, target, budget, scheduler=SCHED, now=NOW)
     assert plan_value(heuristic) <= exact.value + 1e-9
+    if plan_value(heuristic) == pytest.approx(exact.value):
+        assert exact.moved <= heuristic.migrations  # the optimum with the fewest moves
     gap = heuristic_gap(exact, plan_value(heuristic))
     assert gap is not None
     assert 0.0 <= gap <= 1.0

@@ -328,17 +328,25 @@ def exact_optimum(
                 model.row({e: 1.0, x: 1.0}, -np.inf, 1.0)
     for x, coef in drain_terms.items():
         model.cost[x] += coef
+    # among optimal final states, the one with the fewest moves: a penalty per move too small
+    # to trade any objective (less than half the smallest weight over the whole budget)
+    unit = min(value.weights) if value.weights else 1.0
+    tiny = 0.5 * unit / (budget.max_migrations + 1)
+    for x in moved_terms:
+        model.cost[x] -= tiny
 
     result = _solve(model, time_limit)
     if result is None:
         return ExactResult(0.0, None, False, 0, status="no solution")
     sol, optimal, dual, status = result
     drained = -sum(round(sol[x]) for x in drain_terms) + len(drain_terms)
-    objective = float(np.dot(model.cost, sol)) + reward * (len(drain_terms) - drained)
+    moved = {options_of[x] for x in options_of if sol[x] > 0.5}
+    lifted = reward * (len(drain_terms) - drained)
+    objective = float(np.dot(model.cost, sol)) + lifted + tiny * len(moved)
     bound: float | None = objective
     if not optimal:
-        bound = dual + reward * (len(drain_terms) - drained) if np.isfinite(dual) else None
-    moved = {options_of[x] for x in options_of if sol[x] > 0.5}
+        extra = lifted + tiny * budget.max_migrations
+        bound = dual + extra if np.isfinite(dual) else None
     return ExactResult(
         value=round(objective, 9),
         bound=None if bound is None else round(max(bound, objective), 9),
