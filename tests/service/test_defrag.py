@@ -317,6 +317,28 @@ def test_a_plan_survives_a_replica_restart(url, tokens):
         b.close()
 
 
+def test_a_restarted_replica_resumes_its_plan_at_once(url, tokens):
+    a = start(url, tokens, "r1")
+    plan = create(a)
+    a.post(f"/v1/defrag/plans/{plan['id']}/execute")
+    a.defrag.tick()  # first wave in flight, then the process restarts (same --replica-id)
+    a.close()
+    again = start(url, tokens, "r1")
+    try:
+        body = again.get(f"/v1/defrag/plans/{plan['id']}").json()
+        flying = [x for x in body["steps"] if x["state"] == "migrating"]
+        assert flying
+        for x in flying:  # the adapter reports the migrations it finished meanwhile
+            r = again.post(f"/v1/defrag/plans/{plan['id']}/steps/{x['step']}/confirm")
+            assert r.status_code == 200, r.text
+        assert again.defrag.tick() > 0  # its own lease: no wait for expiry
+        body = again.get(f"/v1/defrag/plans/{plan['id']}").json()
+        assert body["steps_by_state"].get("migrating", 0) > 0  # the next wave started
+        assert audit(again.store) == []
+    finally:
+        again.close()
+
+
 def test_a_replica_does_not_drive_a_plan_another_one_holds(url, tokens):
     a, b = start(url, tokens, "r1"), start(url, tokens, "r2")
     try:
