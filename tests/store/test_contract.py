@@ -14,6 +14,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from hypothesis import given
 from hypothesis import strategies as st
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
 from berth.core.model import Flavor
 from berth.core.table import HostTable
@@ -293,6 +295,44 @@ def test_killed_process_mid_claim_leaves_no_partial_claim(store, db_url, point):
     with pytest.raises(NotFoundError):
         store.get_instance("vm-doomed")
     claim_one(store, small_fleet(), "vm-after", "h-c1-2")  # the host is not left locked
+
+
+def test_a_connection_lost_mid_claim_writes_nothing_and_is_not_reused(store, db_url):
+    """PostgreSQL: the server ends the claim's connection; the commit fails as SQLAlchemy's
+    OperationalError (the service answers 503), and the next claim gets a fresh connection."""
+    if store.sqlite:
+        pytest.skip("a server-side disconnect needs a server")
+    loaded(store)
+    fleet = small_fleet()
+    table = HostTable.from_fleet(fleet)
+    row = table.index["h-c1-0"]
+    cell_use, host_use = table.plan_for("p4", row)
+    types = table.device_types
+    args = {
+        "placement_id": "p-x",
+        "instances": [
+            NewInstance("vm-x", "h-c1-0", "c1", "p4", to_named(cell_use, host_use, types), "d")
+        ],
+        "host_generations": {"h-c1-0": 0},
+        "group_generations": {},
+        "capacities": {"h-c1-0": HostCapacity(table.cell_cap[row], table.host_cap[row], types)},
+    }
+    counts = store.counts()
+    admin = Store.open(db_url, migrate=False)
+    with admin.engine.connect() as conn:  # end every other session on this database
+        conn.execute(
+            text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        )
+    admin.close()
+    with pytest.raises(OperationalError):
+        store.commit_placement(**args)
+    assert store.counts() == counts
+    store.commit_placement(**args)
+    assert store.get_instance("vm-x").host == "h-c1-0"
+    assert store.get_host("h-c1-0").generation == 1
 
 
 def test_release_frees_and_respects_projects(store):

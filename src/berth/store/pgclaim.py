@@ -120,6 +120,7 @@ def commit(engine: Engine, w: ClaimWrites, verify: Callable[[ClaimRead], None]) 
     """
     pooled = engine.raw_connection()  # the driver's connection, no SQLAlchemy wrapper
     raw: psycopg.Connection[Any] = pooled.driver_connection  # type: ignore[assignment]
+    lost = False  # the connection is broken: the pool must not hand it out again
     try:
         # BEGIN and COMMIT travel with our statements: with autocommit off, psycopg would
         # send its own BEGIN first and wait for it
@@ -128,8 +129,7 @@ def commit(engine: Engine, w: ClaimWrites, verify: Callable[[ClaimRead], None]) 
     except BaseException as exc:
         with contextlib.suppress(psycopg.Error):
             raw.rollback()
-        if raw.broken or raw.closed:
-            pooled.invalidate()
+        lost = raw.broken or raw.closed
         if isinstance(exc, psycopg.IntegrityError):
             raise IntegrityError("claim transaction", None, exc) from None
         if isinstance(exc, psycopg.Error):
@@ -138,15 +138,18 @@ def commit(engine: Engine, w: ClaimWrites, verify: Callable[[ClaimRead], None]) 
                 None,
                 exc,
                 psycopg.Error,
-                connection_invalidated=raw.broken or raw.closed,
+                connection_invalidated=lost,
             ) from exc
         raise
     finally:
-        try:  # the pool's other users expect a connection that is not in autocommit
-            raw.autocommit = False
-        except psycopg.Error:
+        if not lost:
+            try:  # the pool's other users expect a connection that is not in autocommit
+                raw.autocommit = False
+            except psycopg.Error:
+                lost = True
+        if lost:
             pooled.invalidate()
-        pooled.close()  # back to the pool
+        pooled.close()  # back to the pool (an invalidated one is discarded)
 
 
 def _run(
