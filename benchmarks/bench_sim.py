@@ -759,19 +759,24 @@ def speed_table(d: dict[str, Any]) -> list[str]:
 
 
 def floor_notes() -> list[str]:
-    """Why the fragmentation-aware profile stays below 50,000 events/s (measured, see table)."""
+    """Where the lean path's time goes, per profile (profiled with cProfile, see the table)."""
     return [
-        "Where the time goes (cProfile of the lean path at 1,000 hosts): the classic profiles "
-        "spend a decision on two filter masks, one weigher over the candidates, the argmax and "
-        "its ties, and the claim (about 20 numpy calls of ~1 µs each); departures cost ~5 µs. "
-        "The berth profile adds the fragmentation weigher: per decision its cached cost is "
-        "brought up to date on the hosts changed since that flavor was last placed, which takes "
-        "`numa.place` and two `numa.count` calls per reference flavor on a few rows; each such "
-        "call costs 10-15 µs of fixed numpy overhead whatever the number of rows (so about "
-        "80-100 µs per decision with three reference flavors). That is its floor with the "
-        "current `numa` functions: about 12-15k events per CPU second at 1,000 hosts. "
-        "Going further needs a small-row path in `berth.core.numa` (scalar arithmetic when a "
-        "handful of hosts changed), which is outside the simulator.",
+        "Where the time goes (cProfile of the lean path at 1,000 hosts). First fit and Nova's "
+        "spread spend a decision on two filter masks, one weigher over the candidates with its "
+        "min-max scaling, the argmax and its ties, and the claim: about 20 numpy calls of ~1 µs "
+        "each; a departure costs ~5 µs and the replay loop ~3 µs per event. Nova also draws "
+        "from tied hosts more often (about one decision in nine needs the general path's "
+        "`argpartition` order) and causes more evictions (the preemption planner, a few ms "
+        "each, about 4 % of its replay). Best fit and worst fit stay below 50,000: the leftover "
+        "weigher adds about a dozen numpy passes over the candidates (free share of CPU and "
+        "memory after placing), ~20 µs. The berth profile adds the fragmentation weigher: per "
+        "decision its cached cost is brought up to date on the hosts changed since that flavor "
+        "was last placed, with `numa.count` per reference flavor and `numa.place` plus "
+        "`numa.count` on the hosts that still have room; each such call costs 10-15 µs of "
+        "fixed numpy overhead whatever the number of rows, about 80-100 µs per decision with "
+        "three reference flavors. That is its floor with the current `berth.core.numa`: about "
+        "14,000 events per CPU second. Going further needs a small-row path in `numa` (plain "
+        "arithmetic when a handful of hosts changed), outside the simulator.",
     ]
 
 

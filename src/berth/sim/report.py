@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -235,7 +236,7 @@ def markdown(
     if command:
         lines += ["```", command, "```", ""]
     lines += [
-        f"- Trace: {trace['source'] or trace['name']}: {trace['requests']:,} requests "
+        f"- Trace: {_shown(trace['source']) or trace['name']}: {trace['requests']:,} requests "
         f"({trace['in_window']:,} in the window, {trace['initial']:,} already running at its "
         f"start), {trace['flavors']} flavors; by business type: "
         + ", ".join(f"{k} {v:,}" for k, v in trace["by_business"].items()),
@@ -372,6 +373,20 @@ def markdown(
             lines.append(f"![{p}]({p})")
         lines.append("")
     return "\n".join(lines)
+
+
+def _shown(source: str | None) -> str | None:
+    """A trace file as the report shows it: relative to the working directory when it can be
+    (reports get committed; absolute paths of one machine mean nothing elsewhere)."""
+    if not source:
+        return source
+    path = Path(source)
+    if not path.is_absolute():
+        return source
+    try:
+        return os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        return path.name
 
 
 def _defrag_section(summaries: Sequence[dict[str, Any]], unit: float, uname: str) -> list[str]:
