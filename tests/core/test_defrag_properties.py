@@ -34,6 +34,7 @@ from berth.core.defrag import (
     measure,
     plan_defrag,
 )
+from berth.core.defrag.objective import HostValue
 from berth.core.defrag.rules import TargetRules
 from berth.core.engine import FilterScheduler, commit
 from berth.core.explain import NoValidHost
@@ -229,3 +230,14 @@ def test_target_rules_imply_every_scheduler_filter(table: HostTable, pick: int) 
         ctx = Context(table, rules.request(table, alloc), table.demand(alloc.flavor), NOW)
         for flt in scheduler.filters:
             assert not (allowed & ~flt.mask(ctx)).any(), flt.name
+
+
+@settings(max_examples=examples(0.3))
+@given(data=st.data(), table=fragmented())
+def test_planner_objective_is_the_scheduler_capacity(data: st.DataObject, table: HostTable) -> None:
+    """The planner's per-host objective adds up to the figures' weighted capacity (or empty
+    hosts): it optimises exactly what `measure` reports."""
+    target = data.draw(targets(table))
+    for scheduler in SCHEDULERS:
+        value = HostValue(table, target, scheduler, NOW)
+        assert value.total(table) == pytest.approx(objective(table, target, scheduler))
