@@ -41,9 +41,9 @@ Mask = npt.NDArray[np.bool_]
 
 _EPS = 1e-9
 PATIENCE = 8
+"""`removal_order` stops after this many removals without a better gain per migration."""
 PREFIX = 4
 """`estimates` also values removing a host's (or a cell's) 1..PREFIX largest instances."""
-"""`best_subset` stops after this many removals without a better gain per migration."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,8 @@ def _size(table: HostTable, alloc: Allocation) -> tuple[int, int]:
 
 
 class _Planner:
+    """The heuristic's state: a private copy of the table, the moves so far, the budget spent."""
+
     def __init__(
         self,
         table: HostTable,
