@@ -258,7 +258,7 @@ def test_failed_transaction_leaves_no_partial_claim(store):
 
 # Where the claim's process dies (a function it calls, replaced by SIGKILL): after the generation
 # updates and the read (both commit paths), and while writing the rows (the general path appends
-# its events; the pipelined PostgreSQL path wraps each JSON value while queueing the inserts).
+# its events; the two-round-trip PostgreSQL path wraps each JSON value while binding the inserts).
 KILL_POINTS = {
     "sqlite": ["berth.store.repo._check_plan", "berth.store.repo.Store._append"],
     "postgresql": ["berth.store.repo._check_plan", "berth.store.pgclaim.Jsonb"],

@@ -972,7 +972,7 @@ class Store:
         result = CommitResult()
         try:
             if not self.sqlite and not evict and preemptible_limit is None:
-                return self._commit_pipelined(
+                return self._commit_two_trips(
                     placement_id,
                     instances,
                     host_generations,
@@ -1107,7 +1107,7 @@ class Store:
             raise PlanRejectedError(f"conflicting write: {exc.orig}") from None
         return result
 
-    def _commit_pipelined(
+    def _commit_two_trips(
         self,
         placement_id: str,
         instances: Sequence[NewInstance],
