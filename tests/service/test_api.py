@@ -74,6 +74,7 @@ def test_health_and_metrics_are_open(env: Env):
     text = env.client.get("/metrics").text
     assert "berth_decision_seconds_bucket" in text
     assert 'berth_placements_total{outcome="success",reason="placed"} 1.0' in text
+    assert 'berth_commit_seconds_count{result="committed"} 1.0' in text  # the failed one: none
     assert 'berth_capacity_remaining{cluster="az1",flavor="c3.large"}' in text
     assert 'berth_event_lag{replica="r1"} 0.0' in text
 

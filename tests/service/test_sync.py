@@ -170,9 +170,12 @@ def test_races_lost_to_logged_commits_need_no_reload(db_url):
             return real(**kwargs)
 
         a.store.commit_placement = racing  # type: ignore[method-assign]
+        commits: list[bool] = []
+        a.on_commit = lambda _seconds, committed: commits.append(committed)
         reloads = a.reloads
         placed = a.place(PlaceArgs(flavor="p4", count=1, project="default"))
         assert placed.attempts == 3
+        assert commits == [False, False, True]
         assert a.reloads == reloads
         b.sync()
         assert same_tables(a, b)

@@ -2,6 +2,8 @@
 
 * `berth_decision_seconds` — histogram of the core decision (filter, weigh, select) per attempt.
 * `berth_placement_seconds` — histogram of a whole placement request (decide + commit + retries).
+* `berth_commit_seconds{result}` — histogram of each placement's commit transaction, `committed`
+  or `lost` (a generation race or a rejected plan, then decided again).
 * `berth_placements_total{outcome,reason}` — placements by outcome and failure reason.
 * `berth_placement_conflicts_total` — commits lost to a concurrent writer (then retried).
 * `berth_capacity_remaining{flavor,cluster}` — how many more fit, computed at scrape time.
@@ -81,6 +83,15 @@ class Metrics:
             ["outcome", "reason"],
             registry=self.registry,
         )
+        self.commit = Histogram(
+            "berth_commit_seconds",
+            "Placement commit transaction (generation checks, re-verification, writes)",
+            ["result"],
+            buckets=BUCKETS,
+            registry=self.registry,
+        )
+        self._committed = self.commit.labels("committed")
+        self._lost = self.commit.labels("lost")
         self.conflicts = Counter(
             "berth_placement_conflicts",
             "Placement attempts that lost a generation race and were retried",
@@ -88,3 +99,7 @@ class Metrics:
         )
         self.registry.register(_Live(replica))
         replica.on_decision = self.decision.observe
+        replica.on_commit = self._observe_commit
+
+    def _observe_commit(self, seconds: float, committed: bool) -> None:
+        (self._committed if committed else self._lost).observe(seconds)

@@ -204,6 +204,8 @@ class Replica:
         self.events_applied = 0
         self._heartbeat_since = 0.0
         self.on_decision: Callable[[float], None] | None = None
+        self.on_commit: Callable[[float, bool], None] | None = None
+        """Called with each placement commit's seconds and whether it was applied."""
         self._pending: set[str] = set()  # hosts with a commit of this replica in flight
         self._changed = threading.Condition(self.lock)
         self._group_locks: dict[str, threading.Lock] = {}
@@ -544,9 +546,12 @@ class Replica:
                 placed, touched, commit_args = self._prepare(
                     args, placement_id, attempt, started, idempotency, response
                 )
+                committing = time.perf_counter()
                 try:
                     placed.commit = self.store.commit_placement(**commit_args)
                 except (GenerationConflictError, PlanRejectedError) as exc:
+                    if self.on_commit is not None:
+                        self.on_commit(time.perf_counter() - committing, False)
                     last_conflict = str(exc)
                     key = getattr(exc, "name", "")
                     lost[key] = lost.get(key, 0) + 1
@@ -566,6 +571,8 @@ class Replica:
                     with self.lock:
                         self._done(touched)
                     raise
+                if self.on_commit is not None:
+                    self.on_commit(time.perf_counter() - committing, True)
                 with self.lock:
                     for ev in placed.commit.events:
                         self._apply_own(ev)
