@@ -18,9 +18,11 @@ These exist so that Berth's own policy can be compared with the textbook ones on
 from __future__ import annotations
 
 import numpy as np
+from pydantic import BaseModel
 
 from berth.core.filters.base import Context
 from berth.core.resources import C_HUGE, C_PCPU, H_MEM, H_VCPU
+from berth.core.table import HostTable
 from berth.core.weighers.base import F64, I64, HostWeigher
 
 
@@ -38,10 +40,28 @@ class LeftoverWeigher(HostWeigher):
 
     name = "leftover"
 
+    def __init__(self, params: BaseModel | None = None) -> None:
+        super().__init__(params)
+        self._caps: tuple[I64, I64, I64] | None = None
+
+    def _host_caps(self, table: HostTable) -> tuple[I64, I64]:
+        """max(cap, 1) of the host vCPU and memory columns, kept while the table's capacity
+        array is the same object (claims never change it; adding hosts replaces it)."""
+        if self._caps is None or self._caps[0] is not table.host_cap:
+            cap = table.host_cap
+            self._caps = (cap, np.maximum(cap[:, H_VCPU], 1), np.maximum(cap[:, H_MEM], 1))
+        return self._caps[1], self._caps[2]
+
     def raw(self, ctx: Context, rows: I64) -> F64:
         d = ctx.demand
         spec = d.spec
         table = ctx.table
+        if not spec.dedicated_cpus and not spec.hugepages:  # host columns only: the common case
+            cpu_cap, mem_cap = self._host_caps(table)
+            free = ctx.host_free
+            out = (free[rows, H_VCPU] - spec.vcpus) / cpu_cap[rows]
+            out += (free[rows, H_MEM] - spec.memory_mb) / mem_cap[rows]
+            return out
         out = np.zeros(rows.size, dtype=np.float64)
         if spec.dedicated_cpus:
             free = ctx.cell_free[rows, :, C_PCPU].sum(axis=1)
