@@ -22,7 +22,10 @@ What it does (docs/simulator.md has the measures):
 
     .venv/bin/python benchmarks/bench_sim.py [--sizes 500,520,530,540,560,600] [--quick]
                     [--out benchmarks/results/packing.md] [--save-json F] [--render-only F]
-                    [--baseline REV]
+                    [--baseline REV] [--speed-only JSON]
+
+``--speed-only JSON`` re-measures only the speed (5) from a --save-json file's other results and
+rewrites packing.md and the speed sections of sim-azure.md and sim-synthetic.md.
 """
 
 from __future__ import annotations
@@ -244,6 +247,39 @@ for name in sys.argv[2].split(","):
 """
 
 
+def speed_only(args: argparse.Namespace) -> None:
+    """Re-measure the speed sections alone (the placements they time never change)."""
+    saved = json.loads(Path(args.speed_only).read_text())
+    trace = read_azure()
+    policies = [resolve(p) for p in POLICIES]
+    with tempfile.TemporaryDirectory() as tmp:
+        base_src = export_revision(args.baseline, Path(tmp)) if args.baseline else None
+        speed = speed_runs(trace, args.speed_hosts, policies, base_src)
+    for r in speed:
+        if r["path"] == "baseline":
+            r["rev"] = args.baseline
+    syn_speed = synthetic_speed(generate(SyntheticConfig(seed=0)), default_evictor(), policies)
+    saved["speed"] = speed
+    saved["speed_hosts"] = args.speed_hosts
+    saved["speed_measured"] = {
+        "when": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": commit_id(),
+        "command": command_line(),
+    }
+    out = Path(args.out)
+    out.write_text(render(saved))
+    for name, rows, which in (
+        ("sim-azure.md", speed, "azure"),
+        ("sim-synthetic.md", syn_speed, "synthetic"),
+    ):
+        path = out.parent / name
+        text = path.read_text()
+        head = text.split("\n## Replay speed")[0].rstrip("\n")
+        path.write_text(head + "\n\n" + "\n".join(sim_speed_section(rows, which)) + "\n")
+    if args.save_json:
+        Path(args.save_json).write_text(json.dumps(saved, indent=1, default=str) + "\n")
+
+
 def export_revision(rev: str, into: Path) -> str:
     """`git archive REV src` unpacked into `into`; returns the tree's root."""
     archive = subprocess.run(
@@ -327,7 +363,15 @@ def main() -> None:
     parser.add_argument(
         "--render-only", metavar="JSON", help="re-render OUT from a --save-json file, no replay"
     )
+    parser.add_argument(
+        "--speed-only",
+        metavar="JSON",
+        help="re-measure only the speed from a --save-json file; rewrite the speed sections",
+    )
     args = parser.parse_args()
+    if args.speed_only:
+        speed_only(args)
+        return
     if args.render_only:
         saved = json.loads(Path(args.render_only).read_text())
         Path(args.out).write_text(render(saved))
@@ -744,9 +788,18 @@ def speed_notes(speed: list[dict[str, Any]]) -> list[str]:
 
 def speed_table(d: dict[str, Any]) -> list[str]:
     speed = d["speed"]
+    again = d.get("speed_measured")
+    note = []
+    if again:
+        note = [
+            f"Re-measured alone {again['when']} at commit {again['commit']} "
+            f"(`{again['command']}`); the placements it times are the ones above.",
+            "",
+        ]
     return [
         f"## Speed: the whole sample on {d['speed_hosts']:,} × azure-1 (own warm-up)",
         "",
+        *note,
         "Events are arrivals (decisions), departures that release an instance and evictions.",
         "",
         table(SPEED_HEAD, speed_rows(speed)),
