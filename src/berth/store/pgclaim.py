@@ -15,7 +15,7 @@ on the client, `ClientCursor`; one result per statement):
    (data-modifying CTEs; event ids drawn at insert time, while the host rows are locked, so one
    host's events are in commit order) and sends the NOTIFY; then COMMIT. One wait.
 
-The general path waited nine times for one instance (BEGIN, each statement, COMMIT), each wait
+The general path waited eight times for one instance (BEGIN, each statement, COMMIT), each wait
 with SQLAlchemy's and psycopg's per-statement work around it; measured on the service
 benchmark, a placement's replica CPU went from about 2.9 ms to 2.0 ms
 (benchmarks/results/service.md). psycopg's pipeline mode batches the waits too but costs more
