@@ -57,9 +57,11 @@ class Env:
         return self.client.delete(path, headers=self.h(who))
 
 
-def make_env(db_path: Path, *, replica_id: str = "r1") -> Env:
+def make_env(db_path: Path, *, replica_id: str = "r1", token_cache_ttl: float = 0.0) -> Env:
     store = Store.open(f"sqlite:///{db_path}", replica=replica_id)
-    config = ServiceConfig(db_url=str(store.engine.url), replica_id=replica_id, token_cache_ttl=0)
+    config = ServiceConfig(
+        db_url=str(store.engine.url), replica_id=replica_id, token_cache_ttl=token_cache_ttl
+    )
     app = create_app(config, store=store, clock=lambda: DEMO_NOW, background=False)
     tokens = {
         "admin": store.create_token("admin", "admin")[1],

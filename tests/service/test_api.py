@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import shutil
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from berth.fleet.demo import DEMO_NOW
 from berth.store.audit import audit
-from tests.service.conftest import Env
+from tests.service.conftest import Env, make_env
 
 HOST_BODY = {
     "name": "new-az1-000",
@@ -491,6 +494,36 @@ def test_tokens(env: Env):
     assert env.client.get("/v1/instances", headers=headers).status_code == 401
     assert error(env.post("/v1/tokens", {"name": "x", "role": "tenant"}))["field"] == "project"
     assert error(env.post("/v1/tokens", {"name": "x", "role": "god"}))["field"] == "body.role"
+
+
+def test_cached_tokens_need_no_lookup_and_revocation_is_bounded(
+    demo_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """With a token cache, a known token is answered without the database; revoking it stops
+    it at once on the replica that revoked it, and on another replica once its cache expires."""
+    db = tmp_path / "berth.db"
+    shutil.copy(demo_db, db)
+    a = make_env(db, replica_id="r1", token_cache_ttl=60.0)
+    b = make_env(db, replica_id="r2", token_cache_ttl=0.5)
+    try:
+        row, secret = a.store.create_token("cached", "reader")
+        headers = {"Authorization": f"Bearer {secret}"}
+        assert a.client.get("/v1/regions", headers=headers).status_code == 200
+        assert b.client.get("/v1/regions", headers=headers).status_code == 200
+        lookups: list[str] = []
+        real = a.store.lookup_token
+        monkeypatch.setattr(a.store, "lookup_token", lambda s: lookups.append(s) or real(s))
+        for _ in range(3):
+            assert a.client.get("/v1/regions", headers=headers).status_code == 200
+        assert lookups == []  # the cache answered
+        assert a.delete(f"/v1/tokens/{row.id}").status_code == 204
+        assert a.client.get("/v1/regions", headers=headers).status_code == 401  # at once here
+        assert b.client.get("/v1/regions", headers=headers).status_code == 200  # cached there
+        time.sleep(0.6)
+        assert b.client.get("/v1/regions", headers=headers).status_code == 401
+    finally:
+        a.store.close()
+        b.store.close()
 
 
 def test_a_database_outage_is_a_503_not_a_500(env: Env, monkeypatch: pytest.MonkeyPatch):

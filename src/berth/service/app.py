@@ -1067,7 +1067,9 @@ def create_app(
 
     @app.delete("/v1/tokens/{token_id}", status_code=204, tags=["auth"])
     def revoke_token(token_id: s.Ident, _p: Admin) -> Response:
+        """Revoke a token: at once on this replica, within `token_cache_ttl` on the others."""
         store.revoke_token(token_id)
+        auth.forget(token_id)
         return Response(status_code=204)
 
     return app

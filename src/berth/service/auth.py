@@ -1,8 +1,9 @@
 """Bearer-token authentication and the four roles.
 
 Tokens are random secrets (`berth_...`); only their SHA-256 is stored, so a database dump does
-not reveal a usable token. Lookups are cached for `token_cache_ttl` seconds (a revoked token can
-keep working that long on a replica that has just seen it).
+not reveal a usable token. Lookups are cached for `token_cache_ttl` seconds: a token revoked on
+one replica stops working there at once and on the others within that time. A cached token is
+answered without I/O, so the service checks it on the event loop (`Authenticator.cached`).
 
 * admin: everything, including tokens;
 * operator: fleet changes (regions, clusters, pools, hosts, reports, flavors, images,
@@ -89,6 +90,13 @@ class Authenticator:
         if cached is None or cached[0] <= time.monotonic():
             return None
         return _principal(cached[1])
+
+    def forget(self, token_id: str) -> None:
+        """Drop a token from this replica's cache (it was revoked here)."""
+        with self._lock:
+            for digest, (_, row) in list(self._cache.items()):
+                if row is not None and row.id == token_id:
+                    del self._cache[digest]
 
 
 def _secret(header: str | None) -> str:
