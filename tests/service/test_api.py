@@ -11,6 +11,7 @@ import pytest
 
 from berth.fleet.demo import DEMO_NOW
 from berth.store.audit import audit
+from berth.store.repo import TokenRow
 from tests.service.conftest import Env, make_env
 
 HOST_BODY = {
@@ -512,7 +513,12 @@ def test_cached_tokens_need_no_lookup_and_revocation_is_bounded(
         assert b.client.get("/v1/regions", headers=headers).status_code == 200
         lookups: list[str] = []
         real = a.store.lookup_token
-        monkeypatch.setattr(a.store, "lookup_token", lambda s: lookups.append(s) or real(s))
+
+        def counting_lookup(secret: str) -> TokenRow | None:
+            lookups.append(secret)
+            return real(secret)
+
+        monkeypatch.setattr(a.store, "lookup_token", counting_lookup)
         for _ in range(3):
             assert a.client.get("/v1/regions", headers=headers).status_code == 200
         assert lookups == []  # the cache answered
