@@ -1255,14 +1255,8 @@ class Store:
             if row is None:
                 raise NotFoundError("instance", instance_id)
             inst = _instance(row)
-            conn.execute(delete(t.instances).where(t.instances.c.id == instance_id))
-            self._free_ip(conn, inst.network)
-            gen = conn.execute(
-                update(t.hosts)
-                .where(t.hosts.c.name == inst.host)
-                .values(generation=t.hosts.c.generation + 1)
-                .returning(t.hosts.c.generation)
-            ).scalar_one()
+            # Row locks in the claim's order (deployment set, host, instance, IP pool), so that a
+            # release and a concurrent claim on PostgreSQL queue instead of deadlocking.
             group_gen = None
             if inst.server_group is not None:
                 group_gen = conn.execute(
@@ -1271,6 +1265,16 @@ class Store:
                     .values(generation=t.deployment_sets.c.generation + 1)
                     .returning(t.deployment_sets.c.generation)
                 ).scalar()
+            gen = conn.execute(
+                update(t.hosts)
+                .where(t.hosts.c.name == inst.host)
+                .values(generation=t.hosts.c.generation + 1)
+                .returning(t.hosts.c.generation)
+            ).scalar_one()
+            gone = conn.execute(delete(t.instances).where(t.instances.c.id == instance_id))
+            if gone.rowcount != 1:  # released by someone else since the read: roll back
+                raise NotFoundError("instance", instance_id)
+            self._free_ip(conn, inst.network)
             if reason is not None:
                 conn.execute(
                     insert(t.evictions).values(
