@@ -1,5 +1,8 @@
 """Fleet measures read from a `HostTable` (pure functions; docs/simulator.md has the formulas).
 
+The fragmentation rate lives in the core (`berth.core.fragmentation`, the defragmentation planner
+reports it too) and is re-exported here.
+
 CPU of a host = shared vCPUs (allocation ratio applied) + pinnable CPUs; memory = small-page
 memory (less the reserve) + huge-page memory.
 """
@@ -11,16 +14,24 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from berth.core import numa
-from berth.core.filters.base import Context
-from berth.core.filters.traits import TraitsFilter
-from berth.core.request import RequestSpec
+from berth.core.fragmentation import eligible_hosts, flavor_cpu_free, fragmentation_rate
 from berth.core.resources import C_HUGE, C_PCPU, H_MEM, H_VCPU
 from berth.core.table import HostTable
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
-Mask = npt.NDArray[np.bool_]
+
+__all__ = [
+    "Snapshot",
+    "cpu_capacity",
+    "cpu_free",
+    "eligible_hosts",
+    "flavor_cpu_free",
+    "fragmentation_rate",
+    "memory_capacity",
+    "memory_free",
+    "snapshot",
+]
 
 
 def cpu_capacity(table: HostTable) -> I64:
@@ -37,42 +48,6 @@ def cpu_free(table: HostTable) -> I64:
 
 def memory_free(table: HostTable) -> I64:
     return table.host_free[:, H_MEM] + table.cell_free[:, :, C_HUGE].sum(axis=1)
-
-
-def eligible_hosts(table: HostTable, flavor: str, now: float = 0.0) -> Mask:
-    """Hosts that could hold `flavor` if they were empty: resources (NUMA-exact) and traits."""
-    d = table.demand(flavor)
-    ok = numa.count(d, table.cell_cap, table.host_cap, limit=1) >= 1
-    spec = d.spec
-    if spec.required_traits or spec.forbidden_traits:
-        ctx = Context(table, RequestSpec(flavor=flavor), d, now)
-        ok &= TraitsFilter().mask(ctx)
-    return np.asarray(ok, dtype=bool)
-
-
-def flavor_cpu_free(table: HostTable, flavor: str) -> I64:
-    """Free CPU in the column the flavor consumes: pinnable CPUs if dedicated, else shared."""
-    if table.flavors[flavor].dedicated_cpus:
-        return table.cell_free[:, :, C_PCPU].sum(axis=1)
-    return table.host_free[:, H_VCPU]
-
-
-def fragmentation_rate(table: HostTable, flavor: str, eligible: Mask | None = None) -> float:
-    """Share of free CPU that cannot hold `flavor`, NUMA-exact::
-
-        (free CPU - vcpus_f x sum_h count_f(h)) / free CPU
-
-    over the hosts that could hold the flavor when empty (`eligible_hosts`); `count_f` is
-    `HostTable.resource_counts` (cells, memory, disk and devices all count). 0 when no CPU is
-    free.
-    """
-    if eligible is None:
-        eligible = eligible_hosts(table, flavor)
-    free = float(flavor_cpu_free(table, flavor)[eligible].sum())
-    if free <= 0:
-        return 0.0
-    usable = float(table.resource_counts(flavor)[eligible].sum()) * table.flavors[flavor].vcpus
-    return (free - usable) / free
 
 
 @dataclass(frozen=True)
