@@ -25,10 +25,8 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -43,6 +41,7 @@ from berth.core.engine import FilterScheduler
 from berth.core.model import DiskInventory, Flavor, Fleet, Host, NumaCell
 from berth.core.table import HostTable
 from berth.defrag.exact import exact_optimum, heuristic_gap, plan_value
+from provenance import machine, source_state
 
 REPO = Path(__file__).resolve().parent.parent
 NOW = 1_000_000.0
@@ -329,45 +328,6 @@ def plot(points: list[dict[str, Any]], path: Path) -> bool:
 
 
 # ---------------------------------------------------------------------------------- report
-def machine() -> dict[str, str]:
-    info = {
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "nproc": str(os.cpu_count()),
-    }
-    try:
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        for line in lscpu.splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "Model name":
-                info["cpu_model"] = value.strip()
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    return info
-
-
-def source_state() -> str:
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "src/berth/core/defrag", "src/berth/defrag"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.splitlines()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (not a git checkout)"
-    return head + (f"; {len(dirty)} uncommitted defrag path(s)" if dirty else "; defrag clean")
-
-
 def command_line() -> str:
     exe = Path(sys.executable)
     shown = ".venv/bin/python" if ".venv" in exe.parts else exe.name
@@ -500,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [300, 1000] if args.quick else [1000, 10000]
     result: dict[str, Any] = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": source_state(),
+        "commit": source_state(("src/berth/core/defrag", "src/berth/defrag"), "defrag"),
         "machine": machine(),
         "command": command_line(),
         "load_start": load_start,

@@ -26,11 +26,8 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
-import platform
 import random
 import shlex
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -39,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pydantic
 from rich.console import Console
 from rich.table import Table
 
@@ -57,12 +53,15 @@ from berth.policy.model import (
 )
 from berth.policy.pipeline import Failure, Placement, PolicyEngine, ScheduleRequest
 from berth.policy.topology import InstanceMeta
+from provenance import machine, source_state
 
 SEED = 20_260_603
 NOW = 1_780_000_000.0
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = Path("benchmarks/results/policy.md")
 QUICK_OUT = Path("benchmarks/results/policy-quick.md")
+SOURCE_PATHS = ("src/berth/policy", "src/berth/core")
+"""The code this benchmark measures (its uncommitted changes are named in the header)."""
 REGIONS = {
     "north": 4,
     "east": 4,
@@ -348,51 +347,6 @@ def run(hosts: int, requests: int, preempt_requests: int, seed: int) -> dict[str
 
 
 # ---------------------------------------------------------------------------------- report
-def machine() -> dict[str, str]:
-    info = {
-        "platform": platform.platform(),
-        "processor": platform.machine(),
-        "cpu_model": "",
-        "nproc": str(os.cpu_count()),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "pydantic": pydantic.VERSION,
-        "load": " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "",
-    }
-    try:
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        for line in lscpu.splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "Model name":
-                info["cpu_model"] = value.strip()
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    return info
-
-
-def source_state() -> str:
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "src/berth/policy", "src/berth/core"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.splitlines()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (not a git checkout)"
-    return head + (
-        f"; {len(dirty)} uncommitted path(s) in policy/core" if dirty else "; policy/core clean"
-    )
-
-
 def render(result: dict[str, Any], command: str) -> str:
     m = machine()
     r = result
@@ -407,7 +361,7 @@ def render(result: dict[str, Any], command: str) -> str:
         f"- machine: {m['cpu_model'] or m['processor']}, {m['nproc']} CPUs; {m['platform']}",
         f"- python {m['python']}, numpy {m['numpy']}, pydantic {m['pydantic']}",
         f"- load average at the end: {m['load']} (a shared machine: other work skews p99)",
-        f"- source: {source_state()}",
+        f"- source: {source_state(SOURCE_PATHS, 'policy/core')}",
         f"- command: `{command}`",
         "",
         f"Topology: {r['hosts']:,} hosts in {r['clusters']} clusters, {r['idcs']} IDCs, "
