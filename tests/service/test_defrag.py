@@ -544,9 +544,7 @@ def test_the_cli_drives_a_plan_on_a_real_server(tmp_path):
                 check=False,
             )
 
-        made = berth(
-            "create", "--cluster", "c1", "--flavor", "p8", "--max-migrations", "4", "--json"
-        )
+        made = berth("create", "--cluster", "c1", "--flavor", "p8", "--budget", "4", "--json")
         assert made.returncode == 0, made.stderr
         plan = json.loads(made.stdout)
         shown = berth("show", plan["id"])

@@ -524,11 +524,22 @@ def defrag_create(
     flavor: Annotated[
         list[str] | None, typer.Option("--flavor", help="Flavor whose capacity to restore.")
     ] = None,
-    objective: Annotated[str, typer.Option(help="capacity or empty-hosts.")] = "capacity",
+    objective: Annotated[
+        str, typer.Option("--target", "--objective", help="capacity or empty-hosts.")
+    ] = "capacity",
     drain: Annotated[list[str] | None, typer.Option("--drain", help="Host to empty.")] = None,
-    max_migrations: Annotated[int, typer.Option("--max-migrations", min=0)] = 10,
-    max_per_host: Annotated[int | None, typer.Option("--max-per-host", min=1)] = None,
-    max_concurrent: Annotated[int, typer.Option("--max-concurrent", min=1)] = 1,
+    max_migrations: Annotated[
+        int,
+        typer.Option("--budget", "--max-migrations", min=0, help="Most migrations in the plan."),
+    ] = 10,
+    max_per_host: Annotated[
+        int | None,
+        typer.Option("--per-host", "--max-per-host", min=1, help="Most moves touching one host."),
+    ] = None,
+    max_concurrent: Annotated[
+        int,
+        typer.Option("--concurrent", "--max-concurrent", min=1, help="Moves in flight at once."),
+    ] = 1,
     seed: Annotated[int, typer.Option(min=0)] = 0,
     url: UrlOpt = "http://127.0.0.1:8080",
     token: TokenOpt = None,
