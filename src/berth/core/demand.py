@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
@@ -23,6 +24,28 @@ from berth.core.resources import (
 )
 
 I64 = npt.NDArray[np.int64]
+Cols = tuple[tuple[int, int], ...]
+"""(column, amount) for each column a vector asks for (its nonzero entries)."""
+
+
+@dataclass(frozen=True)
+class RowDemand:
+    """A `Demand`'s constants as Python integers, for `berth.core.numa_rows` (one host at a
+    time): the columns each vector asks for, precomputed once per flavor."""
+
+    mode: NumaMode
+    host: Cols
+    host_use: list[int]  # the host columns, full width
+    pci: Cols  # host-level PCI, by cell column
+    units: Cols  # cells[0]: what SINGLE and EVEN count per cell
+    cells: tuple[list[int], ...]  # the cells rows, full width
+    fixed: tuple[tuple[int, int, int], ...]  # FIXED: (column, a, b) where a + b != 0
+    flex: tuple[tuple[int, int, int], ...]  # FLEX: (column, total, per-cell minimum)
+    width: int
+
+
+def _nonzero(vec: list[int], base: int = 0) -> Cols:
+    return tuple((base + i, v) for i, v in enumerate(vec) if v)
 
 
 @dataclass(frozen=True, eq=False)
@@ -51,6 +74,30 @@ class Demand:
     @property
     def mem_column(self) -> int:
         return C_HUGE if self.spec.hugepages else C_MEM
+
+    @cached_property
+    def rows(self) -> RowDemand:
+        """The same demand as Python integers (computed on first use, then kept)."""
+        cells = tuple(row.tolist() for row in self.cells)
+        total = self.total.tolist()
+        fixed: tuple[tuple[int, int, int], ...] = ()
+        if self.mode == NumaMode.FIXED:
+            a, b = cells[0], cells[1]
+            fixed = tuple((c, a[c], b[c]) for c in range(len(a)) if a[c] + b[c])
+        flex: tuple[tuple[int, int, int], ...] = ()
+        if self.mode == NumaMode.FLEX:
+            flex = tuple((c, total[c], cells[0][c]) for c in range(CELL_BASE) if total[c])
+        return RowDemand(
+            mode=self.mode,
+            host=_nonzero(self.host.tolist()),
+            host_use=self.host.tolist(),
+            pci=_nonzero(self.pci.tolist(), CELL_BASE),
+            units=_nonzero(cells[0]) if cells else (),
+            cells=cells,
+            fixed=fixed,
+            flex=flex,
+            width=len(total),
+        )
 
     def cells_used(self, cell_use: I64) -> list[tuple[int, int, int]]:
         """(cell, vCPUs, memory MB) for each host cell a footprint uses; empty when floating."""

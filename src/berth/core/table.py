@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from berth.core import numa_rows
 from berth.core.demand import Demand, build_demand
 from berth.core.errors import ClaimError, FleetError, SpecError, StaleGenerationError
 from berth.core.flavors import FlavorSpec, NumaMode, SpecMatch, parse_flavor
@@ -40,6 +41,14 @@ I64 = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
 RowFunction = Callable[[I64 | None], npt.NDArray[Any]]
 INT32_MAX = np.iinfo(np.int32).max
+INT32_MAX_INT = int(INT32_MAX)
+SMALL_ROWS = 8
+"""Up to this many changed rows, derived counts are recomputed host by host (`numa_rows`)."""
+LOG_READ = 32
+"""`changed_since` reads the touch log up to this many versions back, else scans all hosts."""
+LOG_KEEP = 1024
+"""Touch-log entries kept (then trimmed to half): bounded memory for a long-lived table."""
+"""Up to this many changed rows, derived counts are recomputed host by host (`numa_rows`)."""
 
 DERIVED_CACHE = 512
 """Keys kept by `HostTable.derived` (LRU): about three per flavor in use (count, cell fit,
@@ -149,6 +158,9 @@ class HostTable:
         """Bumped by every change; never goes back, unlike generations after an undo."""
         self.touched = np.zeros(0, dtype=np.int64)
         """Per host, the `version` of its last change (what derived caches compare against)."""
+        self._log: list[int] = []
+        """The row each version since `_log_base` changed (a bounded tail; see `changed_since`)."""
+        self._log_base = 0
         self._derived: dict[Hashable, tuple[int, npt.NDArray[Any]]] = {}
         self._fixed_plans: dict[str, tuple[I64, I64] | bool] = {}
         """Per flavor, the footprint that does not depend on the host (`plan_for`)."""
@@ -242,6 +254,7 @@ class HostTable:
         self.generation = cat(self.generation, np.zeros(n), np.int64)
         self.version += 1
         self.touched = cat(self.touched, np.full(n, self.version), np.int64)
+        self._log, self._log_base = [], self.version  # every row changed: scan from here
         self._derived = {}
         self.enabled = cat(self.enabled, [h.enabled for h in hosts], bool)
         beats = [np.nan if h.last_heartbeat is None else h.last_heartbeat for h in hosts]
@@ -345,7 +358,7 @@ class HostTable:
         else:
             seen, values = cached
             if seen != self.version:
-                rows = np.flatnonzero(self.touched > seen)
+                rows = self.changed_since(seen)
                 if rows.size:
                     values = values.copy()
                     values[rows] = compute(rows)
@@ -365,6 +378,13 @@ class HostTable:
         d = self.demand(flavor)
 
         def compute(rows: I64 | None) -> npt.NDArray[np.int32]:
+            if rows is not None and rows.size <= SMALL_ROWS:  # plain integers: see numa_rows
+                rd, cells, hosts = d.rows, self.cell_free, self.host_free
+                one = [
+                    min(numa_rows.count(rd, cells[r].tolist(), hosts[r].tolist()), INT32_MAX_INT)
+                    for r in rows.tolist()
+                ]
+                return np.array(one, dtype=np.int32)
             counts = count(d, *self.free_rows(rows))
             return np.minimum(counts, INT32_MAX).astype(np.int32)
 
@@ -378,9 +398,28 @@ class HostTable:
             lambda rows: cell_count(d, self.free_rows(rows)[0], limit=1) >= 1,
         )
 
+    def changed_since(self, seen: int) -> I64:
+        """Rows changed after version `seen`, ascending (what ``touched > seen`` selects).
+
+        A few versions back, read from the log of touched rows (no pass over every host);
+        further back, or before the log's start, scan `touched`.
+        """
+        behind = self.version - seen
+        if behind <= LOG_READ and seen >= self._log_base:
+            recent = self._log[seen - self._log_base :]
+            if behind == 1:
+                return np.array(recent, dtype=np.int64)
+            return np.array(sorted(set(recent)), dtype=np.int64)
+        return np.flatnonzero(self.touched > seen)
+
     def _touch(self, row: int) -> None:
         self.version += 1
         self.touched[row] = self.version
+        self._log.append(row)
+        if len(self._log) > LOG_KEEP:
+            drop = len(self._log) - LOG_KEEP // 2
+            del self._log[:drop]
+            self._log_base += drop
 
     # ------------------------------------------------------------------ claims
     def plan_for(self, flavor: str, row: int) -> tuple[I64, I64]:
