@@ -238,8 +238,20 @@ class FilterScheduler:
             weigher, weight = self.weighers[0]
             return weight * normalise(weigher.raw(ctx, rows))
         scores = np.zeros(rows.size, dtype=np.float64)
+        scratch = np.empty(rows.size, dtype=np.float64)
         for weigher, weight in self.weighers:
-            scores += weight * normalise(weigher.raw(ctx, rows))
+            values = weigher.raw(ctx, rows)
+            if values.dtype != np.float64:  # keep the exact arithmetic of other dtypes
+                scores += weight * normalise(values)
+                continue
+            lo, hi = values.min(), values.max()
+            if hi <= lo:  # normalise gives zeros, and x + (+-0.0) == x: nothing to add
+                continue
+            # weight * normalise(values), the same operations in the same order, in one buffer
+            np.subtract(values, lo, out=scratch)
+            np.divide(scratch, hi - lo, out=scratch)
+            np.multiply(scratch, weight, out=scratch)
+            scores += scratch
         return scores
 
     def _choose(self, ctx: Context, rows: I64, seed: int, step: int) -> tuple[int, list[int]]:

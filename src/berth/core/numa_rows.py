@@ -99,6 +99,8 @@ def cell_count(rd: RowDemand, cell_free: Cells) -> int:
 
 def count(rd: RowDemand, cell_free: Cells, host_free: list[int]) -> int:
     """`numa.count(d, ...)` for one host (without `limit`)."""
+    if rd.mode == NumaMode.NONE:  # no cell limit: the host columns alone
+        return host_limit(rd, cell_free, host_free)
     return min(cell_count(rd, cell_free), host_limit(rd, cell_free, host_free))
 
 

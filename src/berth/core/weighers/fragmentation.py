@@ -102,7 +102,7 @@ class FragmentationWeigher(HostWeigher):
 
         # the cost depends only on each host's free columns: cache it per flavor (see derived)
         costs = table.derived(("fragmentation", demand.spec.name, references), cost)
-        return -costs[rows].astype(np.float64)
+        return np.negative(costs[rows], dtype=np.float64)  # one pass: cast and negate
 
     @staticmethod
     def _caps(table: HostTable, refs: list[Demand]) -> RowFunction:
