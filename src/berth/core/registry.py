@@ -39,6 +39,7 @@ from berth.core.weighers.fit import FirstFitWeigher, LeftoverWeigher
 from berth.core.weighers.fragmentation import FragmentationWeigher
 from berth.core.weighers.load import IoOpsWeigher, NumInstancesWeigher
 from berth.core.weighers.resources import DiskWeigher, RamWeigher, VcpuWeigher
+from berth.core.weighers.slots import SlotLossWeigher
 
 FILTERS: dict[str, type[HostFilter]] = {}
 WEIGHERS: dict[str, type[HostWeigher]] = {}
@@ -95,6 +96,7 @@ for _w in (
     register_weigher(_w)
 register_weigher(FirstFitWeigher)
 register_weigher(LeftoverWeigher)
+register_weigher(SlotLossWeigher)
 
 
 def _by_path(path: str, base: type) -> type:

@@ -12,13 +12,17 @@ These exist so that Berth's own policy can be compared with the textbook ones on
       leftover(h) = sum_r (free_r(h) - need_r) / cap_r(h)
 
   A negative weight prefers the host left fullest (best fit); a positive weight the host left
-  emptiest (worst fit). Shares make hosts of different sizes comparable.
+  emptiest (worst fit). Shares make hosts of different sizes comparable. `resources` restricts
+  the sum (``[memory]``: best fit on memory alone, the resource that binds on memory-bound
+  fleets).
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
 from berth.core.filters.base import Context
 from berth.core.resources import C_HUGE, C_PCPU, H_MEM, H_VCPU
@@ -35,10 +39,23 @@ class FirstFitWeigher(HostWeigher):
         return -rows.astype(np.float64)
 
 
+Resource = Literal["cpu", "memory"]
+
+
+def _both() -> list[Resource]:
+    return ["cpu", "memory"]
+
+
+class LeftoverParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    resources: list[Resource] = Field(default_factory=_both, min_length=1)
+
+
 class LeftoverWeigher(HostWeigher):
     """Free share left after placing, summed over CPU and memory: -1 best fit, +1 worst fit."""
 
     name = "leftover"
+    Params = LeftoverParams
 
     def __init__(self, params: BaseModel | None = None) -> None:
         super().__init__(params)
@@ -56,25 +73,33 @@ class LeftoverWeigher(HostWeigher):
         d = ctx.demand
         spec = d.spec
         table = ctx.table
+        assert isinstance(self.params, LeftoverParams)
+        use = self.params.resources
+        cpu, mem = "cpu" in use, "memory" in use
         if not spec.dedicated_cpus and not spec.hugepages:  # host columns only: the common case
             cpu_cap, mem_cap = self._host_caps(table)
             free = ctx.host_free
+            if not cpu:
+                return (free[rows, H_MEM] - spec.memory_mb) / mem_cap[rows]
             out = (free[rows, H_VCPU] - spec.vcpus) / cpu_cap[rows]
-            out += (free[rows, H_MEM] - spec.memory_mb) / mem_cap[rows]
+            if mem:
+                out += (free[rows, H_MEM] - spec.memory_mb) / mem_cap[rows]
             return out
         out = np.zeros(rows.size, dtype=np.float64)
-        if spec.dedicated_cpus:
-            free = ctx.cell_free[rows, :, C_PCPU].sum(axis=1)
-            cap = table.cell_cap[rows, :, C_PCPU].sum(axis=1)
-        else:
-            free = ctx.host_free[rows, H_VCPU]
-            cap = table.host_cap[rows, H_VCPU]
-        out += (free - spec.vcpus) / np.maximum(cap, 1)
-        if spec.hugepages:
-            free = ctx.cell_free[rows, :, C_HUGE].sum(axis=1)
-            cap = table.cell_cap[rows, :, C_HUGE].sum(axis=1)
-        else:
-            free = ctx.host_free[rows, H_MEM]
-            cap = table.host_cap[rows, H_MEM]
-        out += (free - spec.memory_mb) / np.maximum(cap, 1)
+        if cpu:
+            if spec.dedicated_cpus:
+                free = ctx.cell_free[rows, :, C_PCPU].sum(axis=1)
+                cap = table.cell_cap[rows, :, C_PCPU].sum(axis=1)
+            else:
+                free = ctx.host_free[rows, H_VCPU]
+                cap = table.host_cap[rows, H_VCPU]
+            out += (free - spec.vcpus) / np.maximum(cap, 1)
+        if mem:
+            if spec.hugepages:
+                free = ctx.cell_free[rows, :, C_HUGE].sum(axis=1)
+                cap = table.cell_cap[rows, :, C_HUGE].sum(axis=1)
+            else:
+                free = ctx.host_free[rows, H_MEM]
+                cap = table.host_cap[rows, H_MEM]
+            out += (free - spec.memory_mb) / np.maximum(cap, 1)
         return out
