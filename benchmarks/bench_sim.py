@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import json
 import os
 import platform
@@ -144,10 +145,16 @@ def commit_id() -> str:
     return head + (" (uncommitted changes under src/)" if dirty else "")
 
 
+def placements(run: PolicyRun) -> str:
+    """A fingerprint of every request's outcome and host: equal fingerprints, same placements."""
+    return hashlib.sha256(run.outcome.tobytes() + run.host.tobytes()).hexdigest()[:16]
+
+
 def brief(sim: Simulation, run: PolicyRun) -> dict[str, Any]:
     s = summarize(sim, run)
     return {
         "policy": run.policy,
+        "placements": placements(run),
         "acceptance": s["acceptance"]["overall"],
         "on_demand": s["acceptance"]["by_business"].get("on-demand"),
         "preemptible": s["acceptance"]["by_business"].get("preemptible"),
@@ -229,7 +236,7 @@ def defrag_runs(trace: Any, hosts: int) -> list[dict[str, Any]]:
 
 
 BASELINE_SNIPPET = """
-import json, sys, time
+import hashlib, json, sys, time
 from berth.sim.azure import read_azure
 from berth.sim.evictions import default_evictor
 from berth.sim.fleets import load_fleet_or_sizing
@@ -243,13 +250,22 @@ for name in sys.argv[2].split(","):
     run = sim.run(resolve(name))
     cpu = time.thread_time() - cpu
     print(json.dumps({"policy": name, "events": run.events, "decisions": run.decisions,
-                      "wall_s": run.wall_ns / 1e9, "cpu_s": cpu}), flush=True)
+                      "wall_s": run.wall_ns / 1e9, "cpu_s": cpu,
+                      "placements": hashlib.sha256(run.outcome.tobytes()
+                                                   + run.host.tobytes()).hexdigest()[:16]}),
+          flush=True)
 """
 
 
 def speed_only(args: argparse.Namespace) -> None:
-    """Re-measure the speed sections alone (the placements they time never change)."""
-    saved = json.loads(Path(args.speed_only).read_text())
+    """Re-measure the speed sections alone (the placements they time never change).
+
+    Without a saved JSON (``--speed-only -``), the Speed section of OUT is replaced in place
+    and the rest of OUT is left as it is.
+    """
+    saved: dict[str, Any] = {}
+    if args.speed_only != "-":
+        saved = json.loads(Path(args.speed_only).read_text())
     trace = read_azure()
     policies = [resolve(p) for p in POLICIES]
     with tempfile.TemporaryDirectory() as tmp:
@@ -267,7 +283,14 @@ def speed_only(args: argparse.Namespace) -> None:
         "command": command_line(),
     }
     out = Path(args.out)
-    out.write_text(render(saved))
+    if args.speed_only != "-":
+        out.write_text(render(saved))
+    else:
+        text = out.read_text()
+        head, _, rest = text.partition("\n## Speed")
+        tail = rest.partition("\n## ")[2]
+        section = "\n".join(speed_table(saved))
+        out.write_text(head + "\n" + section + ("\n## " + tail if tail else ""))
     for name, rows, which in (
         ("sim-azure.md", speed, "azure"),
         ("sim-synthetic.md", syn_speed, "synthetic"),
@@ -366,7 +389,8 @@ def main() -> None:
     parser.add_argument(
         "--speed-only",
         metavar="JSON",
-        help="re-measure only the speed from a --save-json file; rewrite the speed sections",
+        help="re-measure only the speed from a --save-json file ('-': none, replace OUT's "
+        "Speed section in place); rewrite the speed sections",
     )
     args = parser.parse_args()
     if args.speed_only:
@@ -772,6 +796,19 @@ def speed_notes(speed: list[dict[str, Any]]) -> list[str]:
             f"({next(iter(base.values())).get('rev', '?')}), in a subprocess (its own core and "
             "replay loop)."
         )
+    if base:
+        same = [
+            n
+            for n, b in base.items()
+            if "placements" in b and b["placements"] == lean.get(n, {}).get("placements")
+        ]
+        differ = [n for n in base if n not in same]
+        out.append(
+            "- Same placements as the baseline tree (a SHA-256 over every request's outcome and "
+            f"host): {', '.join(same) or 'none'}"
+            + (f"; different: {', '.join(differ)}" if differ else "")
+            + "."
+        )
     ratios = []
     for name, r in lean.items():
         parts = [f"{r['events'] / r['cpu_s']:,.0f} events per CPU s"]
@@ -822,14 +859,18 @@ def floor_notes() -> list[str]:
         "`argpartition` order) and causes more evictions (the preemption planner, a few ms "
         "each, about 4 % of its replay). Best fit and worst fit stay below 50,000: the leftover "
         "weigher adds about eight numpy passes over the candidates (free share of CPU and "
-        "memory after placing), ~10-15 µs. The berth profile adds the fragmentation weigher: per "
-        "decision its cached cost is brought up to date on the hosts changed since that flavor "
-        "was last placed, with `numa.count` per reference flavor and `numa.place` plus "
-        "`numa.count` on the hosts that still have room; each such call costs 10-15 µs of "
-        "fixed numpy overhead whatever the number of rows, about 80-100 µs per decision with "
-        "three reference flavors. That is its floor with the current `berth.core.numa`: about "
-        "14,000 events per CPU second. Going further needs a small-row path in `numa` (plain "
-        "arithmetic when a handful of hosts changed), outside the simulator.",
+        "memory after placing), ~10-15 µs. The berth profile (about 80 µs per decision, 120 "
+        "before the one-host path) adds the fragmentation weigher, ~33 µs per decision: the "
+        "reference counts of the hosts changed since the last decision (one cache for all "
+        "references, usually 1-2 hosts, in plain integers with `berth.core.numa_rows`: ~8 µs), "
+        "two cache look-ups (~5 µs each: the touch log, a copy, an assignment), and the cost on "
+        "the hosts changed since this flavor was last placed: 1-8 hosts one by one (~5 µs), "
+        "more (half the decisions: the trace has many flavors, so a flavor's cache often lags "
+        "by tens of hosts) through numpy (~25 µs). Its other two weighers (RAM, vCPU) and "
+        "their scaling add ~15 µs over Nova's one. With every numpy call at ~1 µs and about "
+        "60 of them per decision, 50,000 events per CPU second is out of reach for this "
+        "profile on this design; the next steps would be fusing the weighers' scaling and "
+        "keeping the per-flavor costs of the most frequent flavors up to date eagerly.",
     ]
 
 
