@@ -94,7 +94,7 @@ class CapacityCounter:
         f = self.index[flavor]
         seen = int(state.seen[f])
         if seen != table.version:
-            rows = None if seen < 0 else np.flatnonzero(table.touched > seen)
+            rows = None if seen < 0 else table.changed_since(seen)
             d = table.demand(flavor)
             if rows is None:
                 state.counts[f] = numa.count(d, table.cell_free, table.host_free)
@@ -124,7 +124,7 @@ class CapacityCounter:
                     rows: Any = slice(None)
                     piece = (state, rows, table.cell_free, table.host_free)
                 else:
-                    rows = np.flatnonzero(table.touched > int(seen))
+                    rows = table.changed_since(int(seen))
                     if rows.size == 0:
                         continue
                     piece = (
