@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from berth.core.config import PROFILES, SchedulerConfig, WeigherConfig
+from berth.core.errors import SpecError
 from berth.sim.azure import read_azure
 from berth.sim.evictions import default_evictor
 from berth.sim.fleets import load_fleet_or_sizing
@@ -161,6 +162,15 @@ VARIANTS: dict[str, tuple[str, list[WeigherConfig]]] = {
         "slot_loss (3 largest with room) 2, ram -1, vcpu -0.5, first_fit 0.2",
         [W("slot_loss", 2.0, **ROOM), *PACK, W("first_fit", 0.2)],
     ),
+    # first fit decides, the slot loss of the largest flavors with room separates close rows
+    "first_fit+room0.3": (
+        "first_fit 1, slot_loss (3 largest with room) 0.3",
+        [W("first_fit", 1.0), W("slot_loss", 0.3, **ROOM)],
+    ),
+    "first_fit+room1": (
+        "first_fit 1, slot_loss (3 largest with room) 1",
+        [W("first_fit", 1.0), W("slot_loss", 1.0, **ROOM)],
+    ),
 }
 EARLIER = (
     "berth+largest1",
@@ -174,8 +184,10 @@ EARLIER = (
     "frag+spread_ram",
 )
 """The variants of bench_sim.py's first list (tried before the slot_loss weigher)."""
-FINALISTS = ("room+pack", "pack-ram")
+FINALISTS = ("room+pack", "pack-ram", "first_fit+room0.3")
 """Variants also run on every sweep size and synthetic seed (the best of the first pass)."""
+NOISE = ("berth", "first_fit+room0.3")
+"""Also replayed at the headline size with replay seeds 1 and 2 (ties broken otherwise)."""
 
 
 def policy(name: str) -> Policy:
@@ -185,17 +197,19 @@ def policy(name: str) -> Policy:
     return resolve(name)
 
 
-def azure_run(args: tuple[str, int]) -> dict[str, Any]:
-    name, hosts = args
+def azure_run(args: tuple[str, int, int]) -> dict[str, Any]:
+    name, hosts, seed = args
     trace = read_azure()
     fleet, _ = load_fleet_or_sizing(f"{hosts}xazure-1", trace)
-    opts = ReplayOptions(evictor=default_evictor(), bound=False, warmup=resolve("first_fit"))
+    opts = ReplayOptions(
+        seed=seed, evictor=default_evictor(), bound=False, warmup=resolve("first_fit")
+    )
     sim = Simulation(trace, fleet, opts)
     run = sim.run(policy(name))
     s = summarize(sim, run)
     return {
         "policy": name,
-        "setting": f"azure-{hosts}",
+        "setting": f"azure-{hosts}" + (f"-seed{seed}" if seed else ""),
         "acceptance": s["acceptance"]["overall"],
         "memory_weighted": s["acceptance"]["memory_weighted"],
         "evictions": s["evictions"]["total"],
@@ -208,11 +222,15 @@ def synthetic_run(args: tuple[str, int, str]) -> dict[str, Any]:
     trace = generate(SyntheticConfig(seed=seed))
     fleet, _ = load_fleet_or_sizing(spec, trace)
     sim = Simulation(trace, fleet, ReplayOptions(evictor=default_evictor(), bound=False))
-    run = sim.run(policy(name))
+    setting = f"syn{seed}-{spec.split('x', 1)[0]}"
+    try:
+        run = sim.run(policy(name))
+    except SpecError as exc:  # a variant that names flavors of the other trace
+        return {"policy": name, "setting": setting, "acceptance": None, "error": str(exc)}
     s = summarize(sim, run)
     return {
         "policy": name,
-        "setting": f"syn{seed}-{spec.split('x', 1)[0]}",
+        "setting": setting,
         "acceptance": s["acceptance"]["overall"],
         "memory_weighted": s["acceptance"]["memory_weighted"],
         "rejected": int(sum(s["failures"]["by_reason"].values())),
@@ -225,8 +243,9 @@ def measure(jobs: int, reuse: list[dict[str, Any]], save: Path | None) -> dict[s
     done = {(r["policy"], r["setting"]) for r in reuse}
     tasks: list[tuple[Any, tuple[Any, ...], tuple[str, str]]] = []
 
-    def add_azure(name: str, n: int) -> None:
-        tasks.append((azure_run, (name, n), (name, f"azure-{n}")))
+    def add_azure(name: str, n: int, seed: int = 0) -> None:
+        setting = f"azure-{n}" + (f"-seed{seed}" if seed else "")
+        tasks.append((azure_run, (name, n, seed), (name, setting)))
 
     def add_syn(name: str, seed: int, spec: str) -> None:
         tasks.append((synthetic_run, (name, seed, spec), (name, f"syn{seed}-{spec.split('x')[0]}")))
@@ -237,13 +256,16 @@ def measure(jobs: int, reuse: list[dict[str, Any]], save: Path | None) -> dict[s
         for seed in SYN_SEEDS:
             for spec in SYN_FLEETS:
                 add_syn(name, seed, spec)
+    for name in NOISE:  # tie-breaking noise: other replay seeds at the headline size
+        for seed in (1, 2):
+            add_azure(name, HEADLINE_HOSTS, seed)
     for name in sorted(VARIANTS, key=lambda n: n in EARLIER):  # the earlier list last
         add_azure(name, HEADLINE_HOSTS)
         for spec in SYN_FLEETS:
             add_syn(name, 0, spec)
     todo = [t for t in tasks if t[2] not in done]
     rows = list(reuse)
-    data: dict[str, Any] = {"when": "", "rows": rows, "elapsed_s": 0.0, "reused": len(reuse)}
+    data: dict[str, Any] = {"when": "", "rows": rows, "elapsed_s": 0.0}
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         futures = [pool.submit(fn, a) for fn, a, _ in todo]
         for i, f in enumerate(futures, 1):
@@ -277,7 +299,9 @@ def render(d: dict[str, Any]) -> str:
 
     def acc(name: str, setting: str) -> float | None:
         r = by.get((name, setting))
-        return None if r is None else round(r["acceptance"], 4)  # to 0.01 %, as printed
+        if r is None or r["acceptance"] is None:
+            return None
+        return float(round(r["acceptance"], 4))  # to 0.01 %, as printed
 
     def beats_classic(name: str, setting: str) -> bool:
         mine = acc(name, setting)
@@ -297,7 +321,12 @@ def render(d: dict[str, Any]) -> str:
                 pct(az.get("acceptance")),
                 pct(az.get("memory_weighted"), 1),
                 str(az.get("evictions", "–")),
-                *(pct(acc(name, s)) for s in syn0),
+                *(
+                    "n/a (names Azure flavors)"
+                    if "error" in by.get((name, s), {})
+                    else pct(acc(name, s))
+                    for s in syn0
+                ),
                 "yes" if all(wins) else ("Azure only" if wins[0] else "no"),
             ]
         )
@@ -327,13 +356,14 @@ def render(d: dict[str, Any]) -> str:
     count = {
         n: sum(beats_classic(n, s) for s in settings) for n in robust_names if n not in CLASSIC
     }
-    measured = [n for n in VARIANTS if acc(n, head_az) is not None]
+    measured = [n for n in VARIANTS if all(acc(n, s) is not None for s in (head_az, *syn0))]
     top = max(measured, key=lambda n: acc(n, head_az) or 0.0) if measured else None
     top_line = []
     if top:
         classic_best = max(CLASSIC, key=lambda c: acc(c, head_az) or 0.0)
         top_line = [
-            f"- Best variant on the Azure headline: {top} ({pct(acc(top, head_az))}, "
+            "- Best variant on the Azure headline among those that run on both traces: "
+            f"{top} ({pct(acc(top, head_az))}, "
             f"memory-weighted {pct(by[(top, head_az)]['memory_weighted'], 1)}; best classic "
             f"{classic_best} {pct(acc(classic_best, head_az))}, memory-weighted "
             f"{pct(by[(classic_best, head_az)]['memory_weighted'], 1)}); on the synthetic day "
@@ -346,20 +376,30 @@ def render(d: dict[str, Any]) -> str:
             )
             + "."
         ]
+    reused = sum(1 for r in d["rows"] if r.get("source") == "exploratory")
+    noise_line = []
+    for name in NOISE:
+        seeds = [acc(name, f"{head_az}-seed{k}") for k in (1, 2)]
+        if all(x is not None for x in seeds):
+            noise_line.append(
+                f"- Tie-breaking noise: {name} at {HEADLINE_HOSTS} hosts with replay seeds 1 and 2 "
+                f"accepts {' and '.join(pct(x) for x in seeds)} (seed 0: "
+                f"{pct(acc(name, head_az))}; first fit has no ties)."
+            )
     out = [
         f"## Berth variants tried ({HEADLINE_HOSTS} hosts, common warm-up; synthetic day)",
         "",
-        f"Measured {d['when']} by `benchmarks/bench_variants.py` ({d['elapsed_s']:.0f} s). Each "
+        f"Measured {d['when']} by `benchmarks/bench_variants.py`. Each "
         f"profile on the Azure sample at {HEADLINE_HOSTS} × azure-1 (common warm-up, preemption "
         "on: the headline setting) and on the synthetic 360-like day, seed 0, on its default "
         f"fleet ({SYN_FLEETS[0]} per cluster) and the tighter one ({SYN_FLEETS[1]}). 'wins': "
         "accepts more requests than every classic policy (nova, first_fit, best_fit, "
         "worst_fit) in all three."
         + (
-            f" {d['reused']} of the {len(d['rows'])} results were measured earlier the same way "
-            "(same settings, exploratory runs while trying the variants) and passed with "
-            "`--reuse`."
-            if d.get("reused")
+            f" {reused} of the {len(d['rows'])} results come from exploratory runs with the same "
+            "settings made while trying the variants (passed with `--reuse`, marked "
+            "`source: exploratory` in the JSON)."
+            if reused
             else ""
         ),
         "",
@@ -393,6 +433,27 @@ def render(d: dict[str, Any]) -> str:
         + ", ".join(f"{n} {c}" for n, c in count.items())
         + ".",
         *top_line,
+        *noise_line,
+        "",
+        "The default profile is "
+        + (
+            f"a candidate for change ({', '.join(robust)} wins everywhere)."
+            if robust
+            else "left unchanged (fragmentation 2, ram -1, vcpu -0.5): no variant accepts more "
+            "than every classic policy on both workloads, let alone on every fleet size and "
+            "seed. Near a full fleet the policies differ by a few hundredths of a percent, about "
+            "the size of the tie-breaking noise above, and which classic policy is best changes "
+            "with the setting: first fit on the tight Azure fleets and most synthetic ones, Nova's "
+            "spread and worst fit once the Azure fleet has slack (530-560 hosts), best fit on "
+            "some synthetic seeds. On the Azure sample at 520 hosts the largest flavors have "
+            "almost no slot left (96-98 % of the free CPU cannot hold them), so the "
+            "`fragmentation` term rarely separates hosts there "
+            "(fragmentation 2 + ram -1 has the acceptance, memory-weighted acceptance and "
+            "evictions of ram -1 alone); `slot_loss` with "
+            "`with_room` protects the largest flavors that still fit instead, which helps next to "
+            "first fit (first_fit+room0.3 wins 4 of the 13 settings, the most of any candidate) "
+            "but not next to packing."
+        ),
         "",
     ]
     return "\n".join(out) + "\n"
