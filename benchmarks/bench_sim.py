@@ -10,7 +10,8 @@ What it does (docs/simulator.md has the measures):
 2. Headline: at the N where the best classic policy (nova, first_fit, best_fit, worst_fit)
    accepts closest to 95 % of in-window requests under the common warm-up, a full replay of
    every policy with the lower bound, written as ``sim-azure.md`` (the simulator's report).
-3. Berth variants: other weights and fragmentation-weigher parameters tried at that N.
+3. Berth variants: measured by ``benchmarks/bench_variants.py``, which writes that section of
+   OUT; this script keeps the section OUT already has.
 4. Periodic defragmentation (`berth.sim.defrag`) at that N for berth and first fit: acceptance
    with and without, migrations.
 5. Speed: events/s on 1,000 hosts (own warm-up), every policy, with the replay's general path
@@ -47,7 +48,6 @@ from typing import Any
 
 import numpy as np
 
-from berth.core.config import SchedulerConfig, WeigherConfig
 from berth.sim.azure import CITATION, read_azure
 from berth.sim.bound import lower_bound
 from berth.sim.defrag import PeriodicDefrag, parse_interval
@@ -64,52 +64,6 @@ TARGET = 0.95
 DEFRAG_POLICIES = ("first_fit", "berth")
 DEFRAG_SETTINGS = (("1d", 0.03), ("6h", 0.01))
 """(interval, budget as a share of the running VMs) of the periodic defragmentation runs."""
-MOST_REJECTED = ["az-c1600-r128", "az-c800-r112", "az-c800-r64"]
-
-
-def W(name: str, weight: float, **params: Any) -> WeigherConfig:  # noqa: N802 - reads as a table
-    return WeigherConfig(name=name, weight=weight, params=params)
-
-
-VARIANTS: dict[str, tuple[str, list[WeigherConfig]]] = {
-    "berth+largest1": (
-        "fragmentation (largest 1) 2, ram -1, vcpu -0.5",
-        [W("fragmentation", 2.0, largest=1), W("ram", -1.0), W("vcpu", -0.5)],
-    ),
-    "berth+largest10": (
-        "fragmentation (largest 10) 2, ram -1, vcpu -0.5",
-        [W("fragmentation", 2.0, largest=10), W("ram", -1.0), W("vcpu", -0.5)],
-    ),
-    "berth+most-rejected": (
-        "fragmentation (references: the 3 most rejected large flavors) 2, ram -1, vcpu -0.5",
-        [
-            W("fragmentation", 2.0, reference_flavors=MOST_REJECTED),
-            W("ram", -1.0),
-            W("vcpu", -0.5),
-        ],
-    ),
-    "frag1+pack": (
-        "fragmentation 1, ram -1, vcpu -0.5",
-        [W("fragmentation", 1.0), W("ram", -1.0), W("vcpu", -0.5)],
-    ),
-    "frag4+ram": ("fragmentation 4, ram -1", [W("fragmentation", 4.0), W("ram", -1.0)]),
-    "frag+first_fit": (
-        "fragmentation 2, first_fit 1",
-        [W("fragmentation", 2.0), W("first_fit", 1.0)],
-    ),
-    "frag+best_fit": (
-        "fragmentation 2, leftover -1",
-        [W("fragmentation", 2.0), W("leftover", -1.0)],
-    ),
-    "frag+worst_fit": (
-        "fragmentation 2, leftover +1 (protect large slots, otherwise spread)",
-        [W("fragmentation", 2.0), W("leftover", 1.0)],
-    ),
-    "frag+spread_ram": (
-        "fragmentation 2, ram +0.5 (Nova plus fragmentation)",
-        [W("fragmentation", 2.0), W("ram", 0.5)],
-    ),
-}
 
 
 def machine() -> dict[str, str]:
@@ -284,6 +238,7 @@ def speed_only(args: argparse.Namespace) -> None:
     }
     out = Path(args.out)
     if args.speed_only != "-":
+        saved["variants_md"] = variants_section(out)
         out.write_text(render(saved))
     else:
         text = out.read_text()
@@ -398,6 +353,7 @@ def main() -> None:
         return
     if args.render_only:
         saved = json.loads(Path(args.render_only).read_text())
+        saved["variants_md"] = variants_section(Path(args.out))
         Path(args.out).write_text(render(saved))
         return
     sizes = [int(x) for x in args.sizes.split(",")]
@@ -432,20 +388,6 @@ def main() -> None:
     fleet_desc = f"{chosen} x azure-1 (4,800 vCPUs, 2,250 memory units each), one cluster"
     report_md = markdown(summaries, trace_info, fleet_desc, command_line(), plots=False)
     (out.parent / "sim-azure.md").write_text(report_md)
-
-    variants: list[dict[str, Any]] = []
-    if not args.quick:
-        vpols = [
-            Policy(name, SchedulerConfig(weighers=ws), desc)
-            for name, (desc, ws) in VARIANTS.items()
-        ]
-        vsim, vruns = replay(trace, chosen, vpols, "first_fit", False)
-        variants = [{**brief(vsim, r), "description": VARIANTS[r.policy][0]} for r in vruns]
-        seeds = []
-        for seed in (1, 2):
-            ssim, sruns = replay(trace, chosen, [resolve("berth")], "first_fit", False, seed)
-            seeds.append(brief(ssim, sruns[0])["acceptance"])
-        variants.append({"policy": "berth (seeds 1, 2)", "seed_acceptance": seeds})
 
     defrag = defrag_runs(trace, chosen)
     with tempfile.TemporaryDirectory() as tmp:
@@ -494,7 +436,7 @@ def main() -> None:
         "trace": trace_info,
         "initial_bound": initial_bound,
         "initial_vms": int(initial.sum()),
-        "variants": variants,
+        "variants_md": variants_section(out),
         "speed": speed,
         "speed_hosts": args.speed_hosts,
         "defrag": defrag,
@@ -683,60 +625,21 @@ def sweep_tables(d: dict[str, Any], names: list[str]) -> list[str]:
     return out
 
 
+def variants_section(path: Path) -> str:
+    """The ``## Berth variants tried`` section of an existing OUT (bench_variants.py's), or ''."""
+    if not path.exists():
+        return ""
+    text = path.read_text()
+    if "\n## Berth variants tried" not in text:
+        return ""
+    rest = text.partition("\n## Berth variants tried")[2]
+    return "## Berth variants tried" + rest.partition("\n## ")[0]
+
+
 def variant_table(d: dict[str, Any], head: dict[str, dict[str, Any]]) -> list[str]:
-    if not d["variants"]:
-        return []
-    rows = [
-        [
-            "berth (default)",
-            "fragmentation 2, ram -1, vcpu -0.5",
-            pct(head["berth"]["acceptance"]),
-            pct(head["berth"]["memory_weighted"], 1),
-        ],
-        [
-            "first_fit (best classic)",
-            "first_fit 1",
-            pct(head["first_fit"]["acceptance"]),
-            pct(head["first_fit"]["memory_weighted"], 1),
-        ],
-    ]
-    seeds = None
-    for v in d["variants"]:
-        if "seed_acceptance" in v:
-            seeds = v["seed_acceptance"]
-            continue
-        rows.append(
-            [v["policy"], v["description"], pct(v["acceptance"]), pct(v["memory_weighted"], 1)]
-        )
-    ff = head["first_fit"]
-    tried = [v for v in d["variants"] if "seed_acceptance" not in v]
-    both = [
-        v["policy"]
-        for v in tried
-        if v["acceptance"] > ff["acceptance"] and v["memory_weighted"] > ff["memory_weighted"]
-    ]
-    top = max(tried, key=lambda v: v["acceptance"])
-    out = [
-        f"## Berth variants tried ({d['chosen']} hosts, common warm-up)",
-        "",
-        table(["profile", "weighers", "acceptance", "memory-weighted"], rows),
-        "",
-        f"Best variant by acceptance: {top['policy']} ({pct(top['acceptance'])}, memory-weighted "
-        f"{pct(top['memory_weighted'], 1)}). Variants that beat first fit on both acceptance and "
-        f"memory-weighted acceptance: {', '.join(both) if both else 'none'}. The default profile "
-        "is left unchanged: no variant is better on every measure, and the one that names the "
-        "most-rejected Azure flavors is tuned to this trace (in an exploratory run at 530 hosts "
-        "without preemption it accepted 95.68 % against first fit's 95.87 %).",
-        "",
-    ]
-    if seeds:
-        out += [
-            "Tie-breaking noise: berth with replay seeds 1 and 2 accepts "
-            + " and ".join(pct(s) for s in seeds)
-            + " (first fit has no ties).",
-            "",
-        ]
-    return out
+    """The variants section kept from OUT (written by benchmarks/bench_variants.py)."""
+    section = d.get("variants_md", "").strip("\n")
+    return [*section.split("\n"), ""] if section else []
 
 
 PATHS = {
