@@ -733,7 +733,8 @@ def speed_table(d: dict[str, Any]) -> list[str]:
     if again:
         note = [
             f"Re-measured alone {again['when']} at commit {again['commit']} "
-            f"(`{again['command']}`); the placements it times are the ones above.",
+            f"(`{again['command']}`); the sections above may come from an earlier commit, "
+            "with the same placements (the fingerprints below compare them with the baseline).",
             "",
         ]
     return [
