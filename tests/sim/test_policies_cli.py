@@ -103,6 +103,20 @@ def test_simulate_writes_report_metrics_and_plots(tmp_path):
     report = (out / "report.md").read_text()
     assert "| acceptance (in window) |" in report
     assert "![latency.png](latency.png)" in report
+    # per window and business type (the hosts are too small for any of these requests): the
+    # first window has on-demand and preemptible arrivals, the last one the auto-scaling one
+    table = report.split("## Acceptance per window by business type")[1].split("##")[0]
+    lines = table.strip().splitlines()
+    policies = ("nova", "first_fit", "berth")
+    business = ("on-demand", "auto-scaling", "preemptible")
+    assert (
+        lines[0]
+        == "| "
+        + " | ".join(["window start", *(f"{p} {b}" for b in business for p in policies)])
+        + " |"
+    )
+    assert lines[2].split(" | ")[1:] == ["0.00%"] * 3 + ["–"] * 3 + ["0.00%"] * 2 + ["0.00% |"]
+    assert lines[-1].split(" | ")[1:] == ["–"] * 3 + ["0.00%"] * 3 + ["–"] * 2 + ["– |"]
 
 
 def test_simulate_json_and_limit(tmp_path):

@@ -354,6 +354,7 @@ def markdown(
             ]
         )
     lines += [_table(["window start", "arrivals", *names], wrows), ""]
+    lines += _business_windows(summaries, unit, uname)
     lines += _defrag_section(summaries, unit, uname)
     lines += ["## Fragmentation at the end, every flavor with requests", ""]
     flavors = sorted(summaries[0]["fragmentation_final"])
@@ -387,6 +388,27 @@ def _shown(source: str | None) -> str | None:
         return os.path.relpath(path)
     except ValueError:  # another drive (Windows)
         return path.name
+
+
+def _business_windows(summaries: list[dict[str, Any]], unit: float, uname: str) -> list[str]:
+    """Acceptance per window for each business type (priority) with arrivals in the window."""
+    labels = [
+        b for b in BUSINESS_LABELS if any(b in w["by_business"] for w in summaries[0]["windows"])
+    ]
+    if len(labels) < 2:  # one business type: the table above says it all
+        return []
+    names = [s["policy"] for s in summaries]
+    lines = ["## Acceptance per window by business type", ""]
+    head = ["window start", *(f"{n} {b}" for b in labels for n in names)]
+    rows = []
+    for w, win in enumerate(summaries[0]["windows"]):
+        rows.append(
+            [
+                f"{win['start'] / unit:g} {uname}",
+                *(_pct(s["windows"][w]["by_business"].get(b)) for b in labels for s in summaries),
+            ]
+        )
+    return [*lines, _table(head, rows), ""]
 
 
 def _defrag_section(summaries: Sequence[dict[str, Any]], unit: float, uname: str) -> list[str]:
