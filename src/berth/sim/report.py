@@ -390,7 +390,7 @@ def _shown(source: str | None) -> str | None:
         return path.name
 
 
-def _business_windows(summaries: list[dict[str, Any]], unit: float, uname: str) -> list[str]:
+def _business_windows(summaries: Sequence[dict[str, Any]], unit: float, uname: str) -> list[str]:
     """Acceptance per window for each business type (priority) with arrivals in the window."""
     labels = [
         b for b in BUSINESS_LABELS if any(b in w["by_business"] for w in summaries[0]["windows"])
