@@ -294,6 +294,12 @@ class FilterScheduler:
                 counts = np.minimum(counts, flt.limit() - table.n_instances.astype(np.int64))
         return np.where(eligible, np.maximum(counts, 0), 0)
 
+    def capacity_eligible(self, table: HostTable, flavor: str, now: float) -> Mask:
+        """Hosts where `capacity` may count `flavor` at all: the request-independent filters
+        (and huge-page size), which no claim changes. The defragmentation planner uses it too."""
+        ctx = Context(table, RequestSpec(flavor=flavor), table.demand(flavor), now)
+        return self._eligible(ctx)
+
     def _eligible(self, ctx: Context) -> Mask:
         mask = np.ones(len(ctx.table), dtype=bool)
         for flt in self.filters:

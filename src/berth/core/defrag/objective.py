@@ -16,12 +16,9 @@ from berth.core import numa
 from berth.core.defrag.model import Figures, Objective, Target
 from berth.core.engine import FilterScheduler
 from berth.core.errors import SpecError
-from berth.core.filters.base import Context
 from berth.core.filters.num_instances import NumInstancesFilter
-from berth.core.filters.numa_topology import NumaTopologyFilter
 from berth.core.flavors import NumaMode
 from berth.core.fragmentation import eligible_hosts, fragmentation_rate
-from berth.core.request import RequestSpec
 from berth.core.resources import CELL_BASE
 from berth.core.table import HostTable
 
@@ -49,18 +46,8 @@ def drain_mask(table: HostTable, drain: tuple[str, ...] | frozenset[str]) -> Mas
 def capacity_eligible(
     scheduler: FilterScheduler, table: HostTable, flavor: str, now: float
 ) -> Mask:
-    """Hosts where `scheduler.capacity` may count `flavor` at all (request-independent filters).
-
-    The same mask as the scheduler's capacity uses; these filters do not depend on claims.
-    """
-    ctx = Context(table, RequestSpec(flavor=flavor), table.demand(flavor), now)
-    mask = np.ones(len(table), dtype=bool)
-    for flt in scheduler.filters:
-        if flt.static:
-            mask &= flt.mask(ctx)
-    if any(isinstance(f, NumaTopologyFilter) for f in scheduler.filters):
-        mask &= table.page_size_ok(ctx.demand.spec)
-    return mask
+    """Hosts where `scheduler.capacity` may count `flavor` at all (request-independent filters)."""
+    return scheduler.capacity_eligible(table, flavor, now)
 
 
 def instance_limit(scheduler: FilterScheduler) -> int | None:
