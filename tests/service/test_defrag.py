@@ -189,6 +189,10 @@ def test_the_adapter_confirms_each_step_and_waves_run_in_order(svc):
             assert held.host == s["target"]
             assert svc.store.get_instance(s["instance_id"]).host == s["source"]
         shadow = flying[0]["instance_id"] + "@migrating"  # released only through its step
+        listed = {i["id"]: i for i in svc.get(f"/v1/instances?host={flying[0]['target']}").json()}
+        assert listed[shadow]["migration_of"] == flying[0]["instance_id"]
+        moving = svc.get(f"/v1/instances/{flying[0]['instance_id']}").json()
+        assert (moving["host"], moving["migration_of"]) == (flying[0]["source"], None)
         r = svc.client.delete(f"/v1/instances/{shadow}", headers=svc.h("operator"))
         assert (r.status_code, r.json()["error"]["code"]) == (409, "migration_allocation")
         r = svc.post("/v1/evictions", {"instance_id": shadow})

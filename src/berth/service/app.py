@@ -49,6 +49,7 @@ from berth.service.state import (
     Replica,
     ServiceConfig,
 )
+from berth.store.defrag import migrating_instance
 from berth.store.errors import (
     AlreadyExistsError,
     IdempotencyRaceError,
@@ -96,6 +97,7 @@ def instance_out(row: InstanceRow) -> s.InstanceOut:
         cells=_cells(row.placement),
         host_use=row.placement["host"],
         created_at=row.created_at,
+        migration_of=migrating_instance(row.id),
     )
 
 

@@ -260,6 +260,12 @@ class InstanceOut(BaseModel):
     cells: list[CellUse]
     host_use: dict[str, int]
     created_at: float
+    migration_of: str | None = Field(
+        None,
+        description="set on a live migration's claim on its target host (row id "
+        "`<instance>@migrating`): the instance being moved; it holds resources until the move "
+        "is confirmed or aborted",
+    )
 
 
 class PlacementOut(BaseModel):

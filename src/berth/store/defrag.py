@@ -53,6 +53,11 @@ def is_migration(instance_id: str) -> bool:
     return instance_id.endswith(MIGRATING)
 
 
+def migrating_instance(row_id: str) -> str | None:
+    """For a migration allocation's row id, the instance it moves; None for an instance."""
+    return row_id.removesuffix(MIGRATING) if is_migration(row_id) else None
+
+
 class PlanStateError(StoreError):
     """The plan is not in a state that allows this (e.g. executing a cancelled plan)."""
 
