@@ -112,3 +112,29 @@ def test_missing_fleet_file_is_named(tmp_path: Path) -> None:
     result = runner.invoke(app, plan_args(tmp_path / "none.yaml", "--flavor", "x", "--budget", "1"))
     assert result.exit_code == 2
     assert "none.yaml" in result.stderr
+
+
+def test_keep_trait_keeps_moves_in_their_pool(tmp_path: Path) -> None:
+    """c (the fullest host) is in another pool: with both pool traits kept, the small VMs
+    consolidate between a and b instead of moving to c."""
+    path = tmp_path / "pools.yaml"
+    pool = {"a": "CUSTOM_POOL_A", "b": "CUSTOM_POOL_A", "c": "CUSTOM_POOL_B"}
+    hosts = [host(h, vcpus=8, mem=8192, traits=[pool[h]]) for h in ("a", "b", "c")]
+    flavors = [flavor("small", vcpus=2, mem=2048), flavor("large", vcpus=8, mem=8192)]
+    instances = [
+        instance("s1", "a", "small"),
+        instance("s2", "b", "small"),
+        instance("m1", "c", "small").model_copy(update={"migratable": False}),
+    ]
+    dump_fleet(fleet(hosts, flavors, instances).model_copy(update={"now": NOW}), path)
+    args = plan_args(path, "--flavor", "large", "--budget", "2", "--json")
+    free = Plan.model_validate(json.loads(runner.invoke(app, args).stdout))
+    assert any(pool[m.source] != pool[m.target] for m in free.moves)
+    kept_args = [*args, "--keep-trait", "CUSTOM_POOL_A", "--keep-trait", "CUSTOM_POOL_B"]
+    result = runner.invoke(app, kept_args)
+    assert result.exit_code == 0, result.output
+    kept = Plan.model_validate(json.loads(result.stdout))
+    assert kept.target.keep_traits == ("CUSTOM_POOL_A", "CUSTOM_POOL_B")
+    assert kept.moves
+    assert all(pool[m.source] == pool[m.target] for m in kept.moves)
+    assert kept.after.capacity["large"] > kept.before.capacity["large"]

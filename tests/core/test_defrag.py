@@ -523,3 +523,37 @@ def test_scheduler_without_group_filters_still_keeps_anti_affinity() -> None:
     table = table_of(hosts, [SMALL, LARGE], instances, groups=[group("g", "anti-affinity")])
     p = plan_defrag(table, CAPACITY, Budget(max_migrations=5), scheduler=sched, now=NOW)
     assert moved(p) == [("g1", "a", "c")]
+
+
+def test_keep_traits_keep_an_instance_in_its_pool() -> None:
+    """s1 would best fill b (tightest fit), but b is in another pool: with the pool traits
+    kept, s1 goes to c in its own pool; check_plan and replan_move hold the same rule."""
+    hosts = [
+        host("a", vcpus=8, mem=8192, traits=["CUSTOM_POOL_A"]),
+        host("b", vcpus=8, mem=8192, traits=["CUSTOM_POOL_B"]),
+        host("c", vcpus=8, mem=8192, traits=["CUSTOM_POOL_A"]),
+    ]
+    instances = [
+        instance("s1", "a", "small"),
+        pinned(instance("m1", "b", "medium")),
+        pinned(instance("c1", "c", "small")),
+    ]
+    table = table_of(hosts, [SMALL, MEDIUM, LARGE], instances)
+    free = plan(table, CAPACITY, Budget(max_migrations=3))
+    assert moved(free) == [("s1", "a", "b")]
+    pools = Target(flavors=("large",), keep_traits=("CUSTOM_POOL_A", "CUSTOM_POOL_B"))
+    kept = plan(table, pools, Budget(max_migrations=3))
+    assert moved(kept) == [("s1", "a", "c")]
+    assert (kept.before.capacity["large"], kept.after.capacity["large"]) == (0, 1)
+    crossing = free.model_copy(update={"target": pools})
+    check_plan(table, crossing)  # without a scheduler only resources are checked
+    with pytest.raises(PlanError, match="step 0"):
+        check_plan(table, crossing, scheduler=SCHED, now=NOW)
+    new = replan_move(
+        table, free.moves[0], scheduler=SCHED, now=NOW, keep_traits=frozenset(pools.keep_traits)
+    )
+    assert new is not None
+    assert new.target == "c"
+    anywhere = replan_move(table, free.moves[0], scheduler=SCHED, now=NOW, exclude=frozenset("c"))
+    assert anywhere is not None
+    assert anywhere.target == "b"

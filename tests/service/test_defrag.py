@@ -667,3 +667,26 @@ def test_any_interleaving_keeps_the_fleet_consistent_and_replicas_exact(template
         other.store.close()
         s.close()
         shutil.rmtree(work.parent, ignore_errors=True)
+
+
+def test_migrations_stay_in_their_pool(db_url: str) -> None:
+    """Half the hosts are in the enterprise pool: the plan keeps the cluster's pool traits, so
+    no instance moves between pools (a pool may be reserved for some users)."""
+    fleet = fragmented_fleet()
+    pooled = [
+        h.model_copy(update={"traits": ["CUSTOM_POOL_ENTERPRISE"]}) if h.name in HOSTS[2:] else h
+        for h in fleet.hosts
+    ]
+    seed = Store.open(db_url, replica="loader")
+    load_fleet_into(seed, fleet.model_copy(update={"hosts": pooled}), {"c1": "r1"}, now=NOW)
+    tokens = {"operator": seed.create_token("op", "operator")[1]}
+    seed.close()
+    s = start(db_url, tokens)
+    try:
+        plan = create(s)
+        assert plan["target"]["keep_traits"] == ["CUSTOM_POOL_ENTERPRISE", "CUSTOM_POOL_SHARED"]
+        assert plan["steps"]
+        pool = {h: "enterprise" if h in HOSTS[2:] else "shared" for h in HOSTS}
+        assert all(pool[st["source"]] == pool[st["target"]] for st in plan["steps"])
+    finally:
+        s.close()

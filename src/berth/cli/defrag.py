@@ -44,6 +44,7 @@ def _target(
     flavors: list[str],
     weights: list[float],
     drain: list[str],
+    keep_traits: list[str],
 ) -> Target:
     try:
         kind = Objective(objective)
@@ -65,6 +66,7 @@ def _target(
             flavors=tuple(flavors),
             weights=tuple(weights) if weights else None,
             drain=tuple(drain),
+            keep_traits=tuple(keep_traits),
         )
     except ValidationError as exc:
         _fail(describe_validation_error(exc).replace("flavors:", "--flavor:"))
@@ -147,6 +149,13 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             typer.Option("--drain", help="A host to empty and never target (repeat)."),
         ] = None,
+        keep_trait: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--keep-trait",
+                help="A trait migrations may neither gain nor lose, e.g. a pool's (repeat).",
+            ),
+        ] = None,
         per_host: Annotated[
             int | None, typer.Option("--per-host", help="Most moves touching one host.")
         ] = None,
@@ -179,7 +188,7 @@ def register(app: typer.Typer) -> None:
             scheduler = FilterScheduler.from_config(profile(profile_name))
         except BerthError as exc:
             _fail(str(exc).replace("unknown profile", "--profile: unknown profile"))
-        goal = _target(table, target, flavor or [], weight or [], drain or [])
+        goal = _target(table, target, flavor or [], weight or [], drain or [], keep_trait or [])
         limits = _budget(budget, per_host, concurrent)
         when = now if now is not None else snapshot.now if snapshot.now is not None else time.time()
         try:

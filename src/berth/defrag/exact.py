@@ -228,7 +228,7 @@ def exact_optimum(
     model = _Model()
     n = len(table)
     drain = drain_mask(table, target.drain)
-    rules = TargetRules(scheduler, now, drain)
+    rules = TargetRules(scheduler, now, drain, target.keep_traits)
     value = HostValue(table, target, scheduler, now)
     limit = instance_limit(scheduler)
     width = CELL_BASE + len(table.device_types)

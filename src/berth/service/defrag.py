@@ -205,11 +205,15 @@ class DefragService:
                         field=where,
                     )
             marked = sorted(h for h in r.draining if h in view.table.index)
+            pool_traits = tuple(sorted(set(view.pools.values())))
             table = view.table.copy()
             now = r.clock()
         drain = tuple(dict.fromkeys([*body.target.drain, *marked]))
         try:
-            target = Target.model_validate({**body.target.model_dump(), "drain": drain})
+            # the cluster's pool traits are kept: an instance never moves to another pool
+            target = Target.model_validate(
+                {**body.target.model_dump(), "drain": drain, "keep_traits": pool_traits}
+            )
             budget = Budget.model_validate(body.budget.model_dump())
         except ValidationError as exc:
             first = exc.errors()[0]
@@ -443,7 +447,13 @@ class DefragService:
         )
         with self._planning:
             new = replan_move(
-                table, move, scheduler=self.scheduler, now=now, exclude=vacated, drain=drain
+                table,
+                move,
+                scheduler=self.scheduler,
+                now=now,
+                exclude=vacated,
+                drain=drain,
+                keep_traits=frozenset(plan.target.get("keep_traits", ())),
             )
         if new is None:
             return None

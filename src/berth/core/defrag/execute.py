@@ -190,5 +190,5 @@ def check_plan(
             raise PlanError(0, f"target.drain: unknown host {unknown[0]!r}")
         blocked = np.zeros(len(table), dtype=bool)
         blocked[[table.index[h] for h in plan.target.drain]] = True
-        rules = TargetRules(scheduler, now, blocked)
+        rules = TargetRules(scheduler, now, blocked, plan.target.keep_traits)
     run(scratch, Journal(scratch), plan.moves, plan.target.drain, rules)

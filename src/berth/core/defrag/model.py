@@ -47,6 +47,11 @@ class Target(_Frozen):
     drain: tuple[Name, ...] = Field(
         (), description="hosts to empty (maintenance); never chosen as migration targets"
     )
+    keep_traits: tuple[Name, ...] = Field(
+        (),
+        description="traits a migration may neither gain nor lose: the target carries exactly "
+        "the source's subset of them (resource-pool traits keep an instance in its pool)",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Target:

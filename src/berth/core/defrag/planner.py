@@ -78,7 +78,7 @@ class _Planner:
         self.budget = budget
         self.value = HostValue(self.work, target, scheduler, now)
         self.drain = self.value.drain
-        self.rules = TargetRules(scheduler, now, self.drain)
+        self.rules = TargetRules(scheduler, now, self.drain, target.keep_traits)
         self.journal = Journal(self.work)
         n = len(table)
         self.tie = np.random.default_rng(seed).permutation(n)
@@ -517,19 +517,21 @@ def replan_move(
     now: float,
     exclude: frozenset[str] = frozenset(),
     drain: frozenset[str] = frozenset(),
+    keep_traits: frozenset[str] = frozenset(),
 ) -> Move | None:
     """A new target for `move`'s instance on the table as it is now, or None when none fits.
 
     Same rules as planning (the scheduler's filters, same zone, enabled, not draining, not in
-    `exclude`, not the source); among the allowed hosts the tightest fit (fewest further slots of
-    the flavor) wins, then the lowest row. None as well when the instance is no longer on the
-    move's source or may not move.
+    `exclude`, not the source, the source's subset of `keep_traits` -- pass the plan's
+    `target.keep_traits`); among the allowed hosts the tightest fit (fewest further slots of the
+    flavor) wins, then the lowest row. None as well when the instance is no longer on the move's
+    source or may not move.
     """
     alloc = table.allocations.get(move.instance_id)
     if alloc is None or alloc.host != move.source or immovable(table, alloc) is not None:
         return None
     blocked = drain_mask(table, frozenset(h for h in exclude | drain if h in table.index))
-    rows = np.flatnonzero(TargetRules(scheduler, now, blocked).mask(table, alloc))
+    rows = np.flatnonzero(TargetRules(scheduler, now, blocked, keep_traits).mask(table, alloc))
     if rows.size == 0:
         return None
     fit = table.resource_counts(alloc.flavor)[rows]

@@ -20,6 +20,7 @@ from berth.core.filters.disk import DiskFilter
 from berth.core.filters.numa_topology import NumaTopologyFilter
 from berth.core.filters.pci_passthrough import PciPassthroughFilter
 from berth.core.filters.ram import RamFilter
+from berth.core.filters.traits import trait_mask
 from berth.core.filters.vcpu import VcpuFilter
 from berth.core.flavors import NumaMode
 from berth.core.model import GroupPolicy
@@ -122,16 +123,24 @@ skipped there (exact classes only, not subclasses that may add rules)."""
 
 class TargetRules:
     """Hosts that may take a migrating instance now: the scheduler's filters plus the
-    migration's own rules (same zone, enabled, not draining, not excluded, not the source).
+    migration's own rules (same zone, enabled, not draining, not excluded, not the source, and
+    the source's subset of `keep_traits`: a pool's instances stay in their pool).
 
     Request-independent filter masks are cached per request shape for the lifetime of this
     object; the table's `derived` caches keep the resource counts exact incrementally.
     """
 
-    def __init__(self, scheduler: FilterScheduler, now: float, blocked: Mask) -> None:
+    def __init__(
+        self,
+        scheduler: FilterScheduler,
+        now: float,
+        blocked: Mask,
+        keep_traits: tuple[str, ...] | frozenset[str] = (),
+    ) -> None:
         self.scheduler = scheduler
         self.now = now
         self.blocked = blocked
+        self.keep_traits = frozenset(keep_traits)
         self._static: dict[Hashable, Mask] = {}
         self._dynamic = [
             f for f in scheduler.filters if not f.static and type(f) not in IMPLIED_BY_COUNT
@@ -151,18 +160,36 @@ class TargetRules:
         """The part of `mask` that claims cannot change: the request-independent filters, the
         zone, enabled, huge-page size, not blocked (cached per request shape; read only)."""
         request = self.request(table, alloc)
-        key = (alloc.flavor, alloc.server_group, alloc.project, request.availability_zone)
+        source = table.index[alloc.host]
+        keep = self._keep_words(table)
+        kept = None if keep is None else table.trait_bits[source] & keep
+        key = (
+            alloc.flavor,
+            alloc.server_group,
+            alloc.project,
+            request.availability_zone,
+            None if kept is None else kept.tobytes(),
+        )
         static = self._static.get(key)
         if static is None:
             ctx = Context(table, request, table.demand(alloc.flavor), self.now)
             static = ~self.blocked & table.enabled
-            static &= table.zone == table.zone[table.index[alloc.host]]
+            static &= table.zone == table.zone[source]
+            if keep is not None and kept is not None:
+                static &= ((table.trait_bits & keep) == kept).all(axis=1)
             static &= table.page_size_ok(ctx.demand.spec)
             for flt in self.scheduler.filters:
                 if flt.static:
                     static &= flt.mask(ctx)
             self._static[key] = static
         return static
+
+    def _keep_words(self, table: HostTable) -> npt.NDArray[np.uint64] | None:
+        """Bit words of the `keep_traits` some host carries (None when there are none)."""
+        known = {t for t in self.keep_traits if table.traits.get(t) >= 0}
+        if not known:
+            return None
+        return trait_mask(table, known)
 
     def mask(self, table: HostTable, alloc: Allocation) -> Mask:
         """Every host that may take `alloc` now (the source excluded)."""
