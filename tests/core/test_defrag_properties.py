@@ -57,10 +57,26 @@ GROUPS = [
 ]
 
 
+POOLS = ("CUSTOM_POOL_A", "CUSTOM_POOL_B")
+"""Every host is in one of two pools (one trait each); targets may keep them."""
+
+
+def pool_of(table: HostTable, host: str) -> set[str]:
+    row = table.index[host]
+    return {t for t in POOLS if table.traits.get(t) >= 0 and _has(table, row, t)}
+
+
+def _has(table: HostTable, row: int, trait: str) -> bool:
+    code = table.traits.get(trait)
+    return bool(int(table.trait_bits[row, code // 64]) >> (code % 64) & 1)
+
+
 @st.composite
 def fragmented(draw: st.DrawFn) -> HostTable:
     """A random fleet filled in random order by the scheduler, then thinned at random."""
     base: Fleet = draw(fleets(min_hosts=2, max_hosts=6, extra_flavors=3))
+    pooled = [h.model_copy(update={"traits": [draw(st.sampled_from(POOLS))]}) for h in base.hosts]
+    base = base.model_copy(update={"hosts": pooled})
     common = [
         flavor("tiny", vcpus=1, mem=256),
         flavor("pin1", vcpus=1, mem=512, pinned=True, numa=1),
@@ -97,14 +113,15 @@ def targets(draw: st.DrawFn, table: HostTable) -> Target:
     drain: tuple[str, ...] = ()
     if draw(st.integers(0, 3)) == 0:
         drain = (draw(st.sampled_from(table.names)),)
+    keep = POOLS if draw(st.booleans()) else ()
     if draw(st.booleans()):
-        return Target(objective=Objective.EMPTY_HOSTS, drain=drain)
+        return Target(objective=Objective.EMPTY_HOSTS, drain=drain, keep_traits=keep)
     flavors = draw(st.lists(st.sampled_from(sorted(table.flavors)), min_size=1, max_size=2))
     flavors = sorted(set(flavors))
     weights = None
     if draw(st.booleans()):
         weights = tuple(float(draw(st.integers(1, 4))) for _ in flavors)
-    return Target(flavors=tuple(flavors), weights=weights, drain=drain)
+    return Target(flavors=tuple(flavors), weights=weights, drain=drain, keep_traits=keep)
 
 
 budgets = st.builds(
@@ -167,6 +184,8 @@ def test_every_plan_is_valid_and_applies_exactly(
     assert not fixed & {m.instance_id for m in plan.moves}
     assert not set(target.drain) & {m.target for m in plan.moves}
     assert all(m.source != m.target for m in plan.moves)
+    if target.keep_traits:
+        assert all(pool_of(table, m.source) == pool_of(table, m.target) for m in plan.moves)
     assert len(plan.moves) <= budget.max_migrations
     assert set(plan.generations) == {h for m in plan.moves for h in (m.source, m.target)}
 
