@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from berth.cli.main import app
 from berth.core.defrag import Plan, check_plan
 from berth.core.table import HostTable
+from berth.fleet.demo import demo_fleet_path
 from berth.fleet.io import dump_fleet, load_fleet
 from tests.builders import NOW, flavor, fleet, host, instance
 
@@ -138,3 +139,14 @@ def test_keep_trait_keeps_moves_in_their_pool(tmp_path: Path) -> None:
     assert kept.moves
     assert all(pool[m.source] == pool[m.target] for m in kept.moves)
     assert kept.after.capacity["large"] > kept.before.capacity["large"]
+
+
+def test_without_fleet_the_demo_fleet_is_planned() -> None:
+    result = runner.invoke(
+        app, ["defrag", "plan", "--flavor", "c3.8xlarge.flex", "--budget", "3", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    plan = Plan.model_validate(json.loads(result.stdout))
+    assert len(plan.moves) == 3
+    assert plan.after.capacity["c3.8xlarge.flex"] > plan.before.capacity["c3.8xlarge.flex"]
+    check_plan(HostTable.from_fleet(load_fleet(demo_fleet_path())), plan)

@@ -25,6 +25,7 @@ from berth.core.defrag import Budget, Objective, Plan, Target, plan_defrag
 from berth.core.engine import FilterScheduler
 from berth.core.errors import BerthError
 from berth.core.table import HostTable
+from berth.fleet.demo import demo_fleet_path
 from berth.fleet.io import describe_validation_error, load_fleet
 
 out = Console()
@@ -132,8 +133,13 @@ def register(app: typer.Typer) -> None:
 
     @defrag_app.command("plan")
     def plan(
-        fleet: Annotated[Path, typer.Option("--fleet", "-f", help="Fleet snapshot (YAML/JSON).")],
         budget: Annotated[int, typer.Option("--budget", help="Most migrations in the plan.")],
+        fleet: Annotated[
+            Path | None,
+            typer.Option(
+                "--fleet", "-f", help="Fleet snapshot (YAML/JSON). Default: the demo fleet."
+            ),
+        ] = None,
         target: Annotated[
             str, typer.Option("--target", help="capacity (of --flavor ...) or empty-hosts.")
         ] = "capacity",
@@ -183,7 +189,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Plan live migrations that restore large-flavor capacity or empty hosts."""
         try:
-            snapshot = load_fleet(fleet)
+            snapshot = load_fleet(fleet if fleet is not None else demo_fleet_path())
             table = HostTable.from_fleet(snapshot)
             scheduler = FilterScheduler.from_config(profile(profile_name))
         except BerthError as exc:
