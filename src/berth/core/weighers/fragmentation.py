@@ -36,6 +36,33 @@ SMALL_ROWS = 8
 """Up to this many changed hosts, the cost is computed host by host in plain integers."""
 
 
+def reference_counts(table: HostTable, references: tuple[str, ...]) -> npt.NDArray[np.int32]:
+    """cap_f per host and reference flavor, shape (hosts, references), int32 as
+    `HostTable.resource_counts`: one cache for all references (`HostTable.derived`), brought up
+    to date on every decision whatever flavor is placed, so that it stays within a host or two of
+    the table. Shared by the weighers that measure lost reference slots (this one, `slot_loss`).
+    The returned array is shared: read it, never write to it."""
+    refs = [table.demands[name] for name in references]
+    return table.derived(("fragmentation caps", references), _caps(table, refs))
+
+
+def _caps(table: HostTable, refs: list[Demand]) -> RowFunction:
+    def caps(rows: I64 | None) -> npt.NDArray[np.int32]:
+        if rows is not None and rows.size <= SMALL_ROWS:  # plain integers: see numa_rows
+            plain = [d.rows for d in refs]
+            cells, hosts = table.cell_free, table.host_free
+            one = []
+            for r in rows.tolist():
+                cf, hf = cells[r].tolist(), hosts[r].tolist()
+                one.append([min(numa_rows.count(rd, cf, hf), INT32_MAX_INT) for rd in plain])
+            return np.array(one, dtype=np.int32).reshape(rows.size, len(refs))
+        cf, hf = table.free_rows(rows)
+        counts = [np.minimum(numa.count(d, cf, hf), INT32_MAX).astype(np.int32) for d in refs]
+        return np.stack(counts, axis=1)
+
+    return caps
+
+
 class FragmentationParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     reference_flavors: list[str] = Field(
@@ -75,10 +102,7 @@ class FragmentationWeigher(HostWeigher):
         demand, table = ctx.demand, ctx.table
         refs = [table.demands[name] for name in references]
 
-        # cap_f per host and reference (n, references), int32 as `HostTable.resource_counts`:
-        # one cache for all references, brought up to date on every decision whatever flavor
-        # is placed, so it stays within a host or two of the table and `cost` only adds cap'_f
-        caps = table.derived(("fragmentation caps", references), self._caps(table, refs))
+        caps = reference_counts(table, references)  # cap_f; `cost` only adds cap'_f
 
         def cost(subset: I64 | None) -> npt.NDArray[np.float32]:
             if subset is not None and subset.size <= SMALL_ROWS:
@@ -103,23 +127,6 @@ class FragmentationWeigher(HostWeigher):
         # the cost depends only on each host's free columns: cache it per flavor (see derived)
         costs = table.derived(("fragmentation", demand.spec.name, references), cost)
         return np.negative(costs[rows], dtype=np.float64)  # one pass: cast and negate
-
-    @staticmethod
-    def _caps(table: HostTable, refs: list[Demand]) -> RowFunction:
-        def caps(rows: I64 | None) -> npt.NDArray[np.int32]:
-            if rows is not None and rows.size <= SMALL_ROWS:  # plain integers: see numa_rows
-                plain = [d.rows for d in refs]
-                cells, hosts = table.cell_free, table.host_free
-                one = []
-                for r in rows.tolist():
-                    cf, hf = cells[r].tolist(), hosts[r].tolist()
-                    one.append([min(numa_rows.count(rd, cf, hf), INT32_MAX_INT) for rd in plain])
-                return np.array(one, dtype=np.int32).reshape(rows.size, len(refs))
-            cf, hf = table.free_rows(rows)
-            counts = [np.minimum(numa.count(d, cf, hf), INT32_MAX).astype(np.int32) for d in refs]
-            return np.stack(counts, axis=1)
-
-        return caps
 
     @staticmethod
     def _cost_rows(

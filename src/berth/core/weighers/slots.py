@@ -37,6 +37,7 @@ from berth.core.flavors import FlavorSpec
 from berth.core.resources import C_PCPU, H_MEM, H_VCPU
 from berth.core.table import INT32_MAX, HostTable
 from berth.core.weighers.base import F64, I64, HostWeigher
+from berth.core.weighers.fragmentation import reference_counts
 
 Unit = Literal["vcpus", "memory", "dominant", "slots"]
 Rank = Literal["vcpus", "memory", "dominant"]
@@ -140,22 +141,21 @@ class SlotLossWeigher(HostWeigher):
         demand, table = ctx.demand, ctx.table
         refs = [table.demands[name] for name in references]
 
+        caps = reference_counts(table, references)  # cap_f, shared with `fragmentation`
+
         def cost(subset: I64 | None) -> npt.NDArray[np.float64]:
-            cf, hf = table.free_rows(subset)
-            before = [np.minimum(numa.count(d, cf, hf), INT32_MAX) for d in refs]
-            out = np.zeros(before[0].shape[0], dtype=np.float64)
-            room = np.zeros(out.shape[0], dtype=bool)
-            for counts in before:
-                room |= counts > 0
-            sub = np.flatnonzero(room)  # a host with no room for any reference loses nothing
+            before = caps if subset is None else caps[subset]
+            out = np.zeros(before.shape[0], dtype=np.float64)
+            sub = np.flatnonzero(before.any(axis=1))  # no room for any reference: nothing lost
             if sub.size == 0:
                 return out
             hosts = sub if subset is None else subset[sub]
             cf, hf = table.free_rows(hosts)
             cell_use, host_use = numa.place(demand, cf, hf)
             cell_after, host_after = cf - cell_use, hf - host_use
-            for d, counts in zip(refs, before, strict=True):
-                lost = counts[sub] - np.minimum(numa.count(d, cell_after, host_after), INT32_MAX)
+            for j, d in enumerate(refs):
+                after = np.minimum(numa.count(d, cell_after, host_after), INT32_MAX)
+                lost = before[sub, j].astype(np.int64) - after
                 out[sub] += self._values(table, d.spec, hosts) * lost
             return out
 
