@@ -36,7 +36,6 @@ import datetime as dt
 import hashlib
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -57,6 +56,7 @@ from berth.sim.policies import CLASSIC, Policy, resolve
 from berth.sim.replay import PeriodicAction, PolicyRun, ReplayOptions, Simulation
 from berth.sim.report import describe_trace, markdown, summarize
 from berth.sim.synthetic import SyntheticConfig, generate
+from provenance import machine
 
 REPO = Path(__file__).resolve().parent.parent
 POLICIES = (*CLASSIC, "berth")
@@ -64,26 +64,6 @@ TARGET = 0.95
 DEFRAG_POLICIES = ("first_fit", "berth")
 DEFRAG_SETTINGS = (("1d", 0.03), ("6h", 0.01))
 """(interval, budget as a share of the running VMs) of the periodic defragmentation runs."""
-
-
-def machine() -> dict[str, str]:
-    info = {
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "nproc": str(os.cpu_count()),
-        "cpu_model": "",
-    }
-    try:
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        for line in lscpu.splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "Model name":
-                info["cpu_model"] = value.strip()
-        info["load_average"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    return info
 
 
 def commit_id() -> str:
@@ -222,12 +202,7 @@ def speed_only(args: argparse.Namespace) -> None:
         saved = json.loads(Path(args.speed_only).read_text())
     trace = read_azure()
     policies = [resolve(p) for p in POLICIES]
-    with tempfile.TemporaryDirectory() as tmp:
-        base_src = export_revision(args.baseline, Path(tmp)) if args.baseline else None
-        speed = speed_runs(trace, args.speed_hosts, policies, base_src)
-    for r in speed:
-        if r["path"] == "baseline":
-            r["rev"] = args.baseline
+    speed = measured_speed(trace, args.speed_hosts, policies, args.baseline)
     syn_speed = synthetic_speed(generate(SyntheticConfig(seed=0)), default_evictor(), policies)
     saved["speed"] = speed
     saved["speed_hosts"] = args.speed_hosts
@@ -279,6 +254,20 @@ def baseline_run(src: str, hosts: int, policy: str) -> dict[str, Any]:
     )
     row: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
     return row
+
+
+def measured_speed(
+    trace: Any, hosts: int, policies: Sequence[Policy], baseline: str | None
+) -> list[dict[str, Any]]:
+    """`speed_runs`, with the baseline revision (if any) exported to a scratch tree and named
+    in its rows."""
+    with tempfile.TemporaryDirectory() as tmp:
+        base_src = export_revision(baseline, Path(tmp)) if baseline else None
+        speed = speed_runs(trace, hosts, policies, base_src)
+    for r in speed:
+        if r["path"] == "baseline":
+            r["rev"] = baseline
+    return speed
 
 
 def speed_runs(
@@ -390,12 +379,7 @@ def main() -> None:
     (out.parent / "sim-azure.md").write_text(report_md)
 
     defrag = defrag_runs(trace, chosen)
-    with tempfile.TemporaryDirectory() as tmp:
-        base_src = export_revision(args.baseline, Path(tmp)) if args.baseline else None
-        speed = speed_runs(trace, args.speed_hosts, policies, base_src)
-    for r in speed:
-        if r["path"] == "baseline":
-            r["rev"] = args.baseline
+    speed = measured_speed(trace, args.speed_hosts, policies, args.baseline)
     (out.parent / "sim-azure.md").write_text(
         report_md.rstrip("\n") + "\n\n" + "\n".join(sim_speed_section(speed, "azure")) + "\n"
     )
@@ -464,7 +448,7 @@ def render(d: dict[str, Any]) -> str:
         "",
         f"Measured {d['when']} on {d['machine'].get('cpu_model') or d['machine']['platform']}"
         f" ({d['machine']['nproc']} CPUs, load average at start "
-        f"{d['machine'].get('load_average', '?')}; the machine is shared), Python "
+        f"{d['machine'].get('load', '?')}; the machine is shared), Python "
         f"{d['machine']['python']}, numpy {d['machine']['numpy']}, commit {d['commit']}.",
         "",
         "```",
