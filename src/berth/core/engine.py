@@ -201,15 +201,8 @@ class FilterScheduler:
         if rows.size == 0:
             raise NoValidHost(diagnose(ctx, self.filters, instance=1))
         chosen = self._pick(ctx, rows, seed, 0)
-        cell_use, host_use = table.plan_for(request.flavor, chosen)
-        return table.claim(
-            instance_id,
-            table.names[chosen],
-            request.flavor,
-            cell_use,
-            host_use,
-            server_group=group,
-            project=request.project,
+        return table.claim_planned(
+            instance_id, chosen, request.flavor, server_group=group, project=request.project
         )
 
     def _pick(self, ctx: Context, rows: I64, seed: int, step: int) -> int:
@@ -225,7 +218,7 @@ class FilterScheduler:
         if not self.weighers:  # every score is 0: all hosts tie
             return int(rows[_mix(seed, step, rows.size) % rows.size])
         scores = self._scores(ctx, rows)
-        best = scores.max()
+        best = scores[scores.argmax()]  # `max`, for less
         pool = (scores >= best - _TIE).nonzero()[0]
         if pool.size >= want:  # `_choose` draws from all tied hosts, in row order
             return int(rows[pool[_mix(seed, step, pool.size) % pool.size]])
@@ -234,9 +227,24 @@ class FilterScheduler:
         return self._choose_scored(rows, scores, seed, step)[0]
 
     def _scores(self, ctx: Context, rows: I64) -> F64:
+        """Sum of weight x min-max scaled raw values (`normalise`), weigher by weigher.
+
+        For float64 values the same operations in the same order as ``weight *
+        normalise(values)``, with the extremes read at `argmin`/`argmax` (the same elements
+        `min`/`max` return, NaN included, for a quarter of the cost) and a weigher whose values
+        are all equal skipped (its zeros add nothing).
+        """
         if len(self.weighers) == 1:  # 0 + w * x: the same values (and order) without the sum
             weigher, weight = self.weighers[0]
-            return weight * normalise(weigher.raw(ctx, rows))
+            values = weigher.raw(ctx, rows)
+            if values.dtype != np.float64:
+                return weight * normalise(values)
+            lo, hi = values[values.argmin()], values[values.argmax()]
+            if hi <= lo:
+                return np.zeros(rows.size, dtype=np.float64)
+            out = np.subtract(values, lo)
+            np.divide(out, hi - lo, out=out)
+            return np.multiply(out, weight, out=out)
         scores = np.zeros(rows.size, dtype=np.float64)
         scratch = np.empty(rows.size, dtype=np.float64)
         for weigher, weight in self.weighers:
@@ -244,7 +252,7 @@ class FilterScheduler:
             if values.dtype != np.float64:  # keep the exact arithmetic of other dtypes
                 scores += weight * normalise(values)
                 continue
-            lo, hi = values.min(), values.max()
+            lo, hi = values[values.argmin()], values[values.argmax()]
             if hi <= lo:  # normalise gives zeros, and x + (+-0.0) == x: nothing to add
                 continue
             # weight * normalise(values), the same operations in the same order, in one buffer

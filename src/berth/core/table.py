@@ -48,7 +48,6 @@ LOG_READ = 32
 """`changed_since` reads the touch log up to this many versions back, else scans all hosts."""
 LOG_KEEP = 1024
 """Touch-log entries kept (then trimmed to half): bounded memory for a long-lived table."""
-"""Up to this many changed rows, derived counts are recomputed host by host (`numa_rows`)."""
 
 DERIVED_CACHE = 512
 """Keys kept by `HostTable.derived` (LRU): about three per flavor in use (count, cell fit,
@@ -97,6 +96,29 @@ class KeyedValues:
     def mask(self, spec: SpecMatch) -> Mask:
         ok = np.array([spec.matches(v) for v in self.values.words] + [False], dtype=bool)
         return ok[self.codes]  # code -1 picks the trailing False
+
+
+@dataclass(frozen=True, eq=False)
+class FixedPlan:
+    """A footprint that does not depend on the host: read-only arrays and their nonzero
+    entries as Python integers ((cell, column, amount) and (column, amount))."""
+
+    cell_use: I64
+    host_use: I64
+    cell_cols: tuple[tuple[int, int, int], ...]
+    host_cols: tuple[tuple[int, int], ...]
+
+    @classmethod
+    def of(cls, cell_use: I64, host_use: I64) -> FixedPlan:
+        cells = np.array(cell_use, dtype=np.int64)
+        hosts = np.array(host_use, dtype=np.int64)
+        cells.flags.writeable = False
+        hosts.flags.writeable = False
+        cell_cols = tuple(
+            (c, col, v) for c, row in enumerate(cells.tolist()) for col, v in enumerate(row) if v
+        )
+        host_cols = tuple((col, v) for col, v in enumerate(hosts.tolist()) if v)
+        return cls(cells, hosts, cell_cols, host_cols)
 
 
 @dataclass(frozen=True)
@@ -162,8 +184,11 @@ class HostTable:
         """The row each version since `_log_base` changed (a bounded tail; see `changed_since`)."""
         self._log_base = 0
         self._derived: dict[Hashable, tuple[int, npt.NDArray[Any]]] = {}
-        self._fixed_plans: dict[str, tuple[I64, I64] | bool] = {}
+        self._fixed_plans: dict[str, FixedPlan | bool] = {}
         """Per flavor, the footprint that does not depend on the host (`plan_for`)."""
+        self._state: dict[Hashable, Any] = {}
+        """Caches that readers update in place (e.g. a weigher's per-host values for many
+        flavors at once); dropped by `copy`, `add_flavor` and `add_hosts`, never shared."""
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -205,6 +230,7 @@ class HostTable:
         self.demands[spec.name] = build_demand(spec, self.device_types)
         self._derived = {}  # cached values may depend on the old definition of this name
         self._fixed_plans = {}
+        self._state = {}
         self.flavor_epoch += 1
 
     def add_hosts(self, hosts: list[Host], aggregate_meta: dict[str, dict[str, str]]) -> None:
@@ -256,6 +282,7 @@ class HostTable:
         self.touched = cat(self.touched, np.full(n, self.version), np.int64)
         self._log, self._log_base = [], self.version  # every row changed: scan from here
         self._derived = {}
+        self._state = {}
         self.enabled = cat(self.enabled, [h.enabled for h in hosts], bool)
         beats = [np.nan if h.last_heartbeat is None else h.last_heartbeat for h in hosts]
         self.heartbeat = cat(self.heartbeat, beats, np.float64)
@@ -367,6 +394,17 @@ class HostTable:
             self._derived.pop(next(iter(self._derived)))
         return values
 
+    def state(self, key: Hashable, make: Callable[[], Any]) -> Any:
+        """The cache stored under `key`, made by `make()` on first use.
+
+        Unlike `derived`, its owner updates it in place (reading `changed_since` itself), so it
+        is never shared: `copy` drops it, as do `add_flavor` and `add_hosts`.
+        """
+        found = self._state.get(key)
+        if found is None:
+            found = self._state[key] = make()
+        return found
+
     def free_rows(self, rows: I64 | None) -> tuple[I64, I64]:
         """(cell_free, host_free) of some rows (None = all), in the resource-major layout."""
         if rows is None:
@@ -424,25 +462,92 @@ class HostTable:
     # ------------------------------------------------------------------ claims
     def plan_for(self, flavor: str, row: int) -> tuple[I64, I64]:
         """Berth's claim rule on one host: (cell_use, host_use) of one more instance."""
-        fixed = self._fixed_plans.get(flavor)
-        if fixed is None:
-            fixed = self._fixed_plans[flavor] = self._fixed_plan(self.demand(flavor))
-        if isinstance(fixed, tuple):
-            return fixed[0].copy(), fixed[1].copy()
+        fixed = self._fixed_for(flavor)
+        if fixed:
+            assert isinstance(fixed, FixedPlan)
+            return fixed.cell_use.copy(), fixed.host_use.copy()
         d = self.demand(flavor)
         cell_use, host_use = place(d, self.cell_free[row : row + 1], self.host_free[row : row + 1])
         return cell_use[0], host_use[0]
 
-    def _fixed_plan(self, d: Demand) -> tuple[I64, I64] | bool:
+    def _fixed_for(self, flavor: str) -> FixedPlan | bool:
+        fixed = self._fixed_plans.get(flavor)
+        if fixed is None:
+            fixed = self._fixed_plans[flavor] = self._fixed_plan(self.demand(flavor))
+        return fixed
+
+    def _fixed_plan(self, d: Demand) -> FixedPlan | bool:
         """The footprint `place` gives on every host when it does not depend on the host's state
         (floating guests and even splits without host-level PCI); False otherwise."""
         if d.pci.any():
             return False
         if d.mode == NumaMode.NONE:
-            return np.zeros((CELLS, self.width), dtype=np.int64), d.host.copy()
+            return FixedPlan.of(np.zeros((CELLS, self.width), dtype=np.int64), d.host)
         if d.mode == NumaMode.EVEN:
-            return d.cells.copy(), d.host.copy()
+            return FixedPlan.of(d.cells, d.host)
         return False
+
+    def claim_planned(
+        self,
+        instance_id: str,
+        row: int,
+        flavor: str,
+        *,
+        server_group: str | None = None,
+        project: str = "default",
+    ) -> Allocation:
+        """``claim(instance_id, names[row], flavor, *plan_for(flavor, row), ...)``, cheaper.
+
+        For the engine's lean path (one decision, then its claim). The same checks, the same
+        allocation and the same errors; a footprint that does not depend on the host is checked
+        and applied column by column in plain integers, and its arrays are shared, read-only,
+        by every allocation of the flavor (no copies).
+        """
+        fixed = self._fixed_for(flavor)
+        spec = self.demand(flavor).spec
+        if (
+            not fixed
+            or instance_id in self.allocations
+            or (server_group is not None and server_group not in self.groups)
+            or spec.hugepages
+        ):  # the general path (and its errors)
+            cell_use, host_use = self.plan_for(flavor, row)
+            return self.claim(
+                instance_id,
+                self.names[row],
+                flavor,
+                cell_use,
+                host_use,
+                server_group=server_group,
+                project=project,
+            )
+        assert isinstance(fixed, FixedPlan)
+        cell_free, host_free = self.cell_free, self.host_free
+        # as `claim`: refused if any column (used or not) would be negative afterwards
+        cells, hosts = cell_free[row].tolist(), host_free[row].tolist()
+        for c, col, v in fixed.cell_cols:
+            cells[c][col] -= v
+        for col, v in fixed.host_cols:
+            hosts[col] -= v
+        if min(hosts) < 0 or min(min(cell) for cell in cells) < 0:
+            cell_use, host_use = self.plan_for(flavor, row)
+            return self.claim(instance_id, self.names[row], flavor, cell_use, host_use)
+        for c, col, v in fixed.cell_cols:
+            cell_free[row, c, col] -= v
+        for col, v in fixed.host_cols:
+            host_free[row, col] -= v
+        self.n_instances[row] += 1
+        self.generation[row] += 1
+        self._touch(row)
+        if server_group is not None:
+            rows = self.group_rows.setdefault(server_group, {})
+            rows[row] = rows.get(row, 0) + 1
+        cell_use, host_use = fixed.cell_use, fixed.host_use
+        alloc = Allocation(
+            instance_id, self.names[row], flavor, cell_use, host_use, server_group, project
+        )
+        self.allocations[instance_id] = alloc
+        return alloc
 
     def claim(
         self,
@@ -541,8 +646,17 @@ class HostTable:
         except KeyError:
             raise ClaimError(f"unknown instance {instance_id!r}") from None
         row = self.index[alloc.host]
-        self.cell_free[row] += alloc.cell_use
-        self.host_free[row] += alloc.host_use
+        fixed = self._fixed_plans.get(alloc.flavor)
+        if isinstance(fixed, FixedPlan) and alloc.host_use is fixed.host_use:
+            # a shared host-independent footprint (`claim_planned`): its columns alone
+            cell_free, host_free = self.cell_free, self.host_free
+            for c, col, v in fixed.cell_cols:
+                cell_free[row, c, col] += v
+            for col, v in fixed.host_cols:
+                host_free[row, col] += v
+        else:
+            self.cell_free[row] += alloc.cell_use
+            self.host_free[row] += alloc.host_use
         self.n_instances[row] -= 1
         self.generation[row] += 1
         self._touch(row)
@@ -667,6 +781,8 @@ class HostTable:
                 setattr(new, key, value.copy(order="K"))  # keep the resource-major layout
             elif key == "_derived":
                 new._derived = dict(value)  # cached arrays are never written in place
+            elif key == "_state":
+                new._state = {}  # written in place: never shared
             elif key == "group_rows":
                 new.group_rows = {g: dict(rows) for g, rows in value.items()}
             elif key in ("aggregate_meta", "capabilities"):
