@@ -25,7 +25,7 @@ from berth.sim.azure import read_azure
 from berth.sim.defrag import PeriodicDefrag, parse_budget, parse_interval
 from berth.sim.evictions import default_evictor
 from berth.sim.fleets import load_fleet_or_sizing
-from berth.sim.policies import Policy, resolve, resolve_all
+from berth.sim.policies import MAX_ADMISSION, Policy, resolve, resolve_all, with_admission
 from berth.sim.replay import PolicyRun, ReplayOptions, Simulation
 from berth.sim.report import write_report
 from berth.sim.synthetic import DEFAULT_SIZING, SyntheticConfig, generate
@@ -75,6 +75,7 @@ def run_simulation(
     defrag_budget: str = "3%",
     defrag_flavors: list[str] | None = None,
     defrag_concurrent: int = 1,
+    admit_migrations: int | None = None,
 ) -> dict[str, Any]:
     """The whole command without the console: read, replay each policy, write the report.
 
@@ -94,6 +95,8 @@ def run_simulation(
     if limit is not None:
         trace = trace.head(limit)
     chosen = resolve_all(policies.split(","))
+    if admit_migrations is not None:
+        chosen = [with_admission(p, admit_migrations) for p in chosen]
     spec = fleet_spec or DEFAULT_FLEETS.get(trace_spec)
     if spec is None:
         raise BerthError("--fleet is required for a trace file (a fleet file or a sizing spec)")
@@ -145,6 +148,7 @@ def run_simulation(
         "full_fraction": options.full_fraction,
         "preemption": evictor.name if evictor else "off",
         "warmup": warmup or "each policy",
+        "admission_migrations": {p.name: p.admission_migrations for p in chosen},
         "defrag": (
             {
                 "every_s": defrag.interval,
@@ -164,7 +168,7 @@ def _summary_table(metrics: dict[str, Any]) -> Table:
     big = tracked[0] if tracked else None
     grid = Table(title=f"{metrics['trace']['name']} on {metrics['fleet']}")
     grid.add_column("policy", no_wrap=True)
-    migrate = any(s.get("defrag") for s in metrics["policies"])
+    migrate = any(s.get("defrag") or s.get("admission") for s in metrics["policies"])
     columns = ["acc%", "evict", "cpu%", "mem%", "empty", "frag%", "bnd+%", "p50µs", "ev/s"]
     if migrate:
         columns.insert(2, "migr")
@@ -190,10 +194,12 @@ def _summary_table(metrics: dict[str, Any]) -> Table:
             f"{s['performance']['events_per_s'] / 1000:.1f}k",
         ]
         if migrate:
-            cells.insert(3, f"{s['defrag']['migrations']:,}" if s.get("defrag") else "–")
+            moved = [s[k]["migrations"] for k in ("admission", "defrag") if s.get(k)]
+            cells.insert(3, f"{sum(moved):,}" if moved else "–")
         grid.add_row(*cells)
     grid.caption = (
-        "acc%: in-window requests placed; migr: live migrations of periodic defragmentation; "
+        "acc%: in-window requests placed; migr: live migrations (admission and periodic "
+        "defragmentation); "
         "cpu%/mem%: utilisation of used hosts; "
         f"frag%: free CPU that cannot hold {big}; bnd+%: hosts used / lower bound - 1"
     )
@@ -296,6 +302,18 @@ def register(app: typer.Typer) -> None:
         defrag_concurrent: Annotated[
             int, typer.Option("--defrag-concurrent", min=1, help="Migrations per wave.")
         ] = 1,
+        admit_migrations: Annotated[
+            int | None,
+            typer.Option(
+                "--admit-migrations",
+                min=0,
+                max=MAX_ADMISSION,
+                help="Live migrations every policy may make to admit a request that fits "
+                "nowhere (0 = never; tried before any eviction). Default: each policy's own "
+                "(berth: 1, others: 0). A policy whose setting changes is renamed, e.g. "
+                "first_fit+admit1 or berth-noadmit.",
+            ),
+        ] = None,
     ) -> None:
         """Replay a VM trace against a fleet under several placement policies; write a report."""
         command = "berth " + " ".join(shlex.quote(a) for a in sys.argv[1:])
@@ -322,6 +340,7 @@ def register(app: typer.Typer) -> None:
                 defrag_budget=defrag_budget,
                 defrag_flavors=defrag_flavor,
                 defrag_concurrent=defrag_concurrent,
+                admit_migrations=admit_migrations,
             )
         except BerthError as exc:
             _fail(str(exc))

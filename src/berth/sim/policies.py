@@ -6,11 +6,15 @@ Built-in names (all `berth.core.config.PROFILES`):
 * ``first_fit``: the first host in fleet order that fits.
 * ``best_fit``: the host left fullest (least free CPU + memory share after placing).
 * ``worst_fit``: the host left emptiest.
-* ``berth``: Berth's default, fragmentation-aware (keeps room for the large flavors), then pack.
+* ``berth``: Berth's default, fragmentation-aware (keeps room for the large flavors), then pack;
+  a request that fits nowhere is admitted by one live migration when one makes room
+  (`berth.core.defrag.admit`), before any preemptible instance is evicted.
+* ``berth-placement``: the same weighers without migrations (placement alone).
 * ``spread`` / ``pack`` and any profile added to PROFILES.
 
 A path to a YAML or JSON file is read as a `SchedulerConfig` (docs/scheduling.md); the policy is
-named after the file's stem.
+named after the file's stem. The file may also set ``admission_migrations`` (0-4, default 0),
+which is the simulator's and not part of the scheduler configuration.
 
 Lean filters. The core's default list has 18 filters; most cannot reject anything in a given
 replay (no images, no PCI, ...), yet each costs a pass over the fleet per decision. For the
@@ -28,7 +32,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -51,7 +55,8 @@ DESCRIPTIONS = {
     "first_fit": "first fit (fleet order)",
     "best_fit": "best fit (least CPU+RAM share left)",
     "worst_fit": "worst fit (most CPU+RAM share left)",
-    "berth": "Berth default: fragmentation-aware, then pack",
+    "berth": "Berth default: fragmentation-aware, then pack; admits by one migration",
+    "berth-placement": "Berth's placement alone (no migrations)",
     "spread": "spread by free RAM and vCPU",
     "pack": "pack by free RAM and vCPU",
 }
@@ -60,6 +65,14 @@ ALIASES = {"first-fit": "first_fit", "best-fit": "best_fit", "worst-fit": "worst
 
 CLASSIC = ("nova", "first_fit", "best_fit", "worst_fit")
 """The classic policies Berth's default is compared with."""
+
+PLACEMENT_ONLY = "berth-placement"
+"""Berth's weighers without admission by migration: placement alone, for comparisons."""
+
+ADMISSION = {"berth": 1}
+"""Live migrations a built-in policy may make to admit one request that fits nowhere."""
+
+MAX_ADMISSION = 4
 
 
 class PolicyError(BerthError):
@@ -73,16 +86,26 @@ class Policy:
     description: str
     lean: bool = True
     """True when the simulator may drop filters/weighers that cannot change a decision."""
+    admission_migrations: int = 0
+    """At most this many live migrations to admit a request that fits nowhere (0: never);
+    `berth.core.defrag.admit`, tried before any eviction."""
 
 
 def resolve(spec: str) -> Policy:
     """A policy from a profile name or a configuration file path."""
     name = ALIASES.get(spec.strip(), spec.strip())
+    if name == PLACEMENT_ONLY:
+        return Policy(
+            name=name,
+            config=SchedulerConfig(weighers=list(PROFILES["berth"])),
+            description=DESCRIPTIONS[name],
+        )
     if name in PROFILES:
         return Policy(
             name=name,
             config=SchedulerConfig(weighers=list(PROFILES[name])),
             description=DESCRIPTIONS.get(name, f"profile {name}"),
+            admission_migrations=ADMISSION.get(name, 0),
         )
     path = Path(spec)
     if not path.exists():
@@ -94,6 +117,10 @@ def resolve(spec: str) -> Policy:
         raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (OSError, json.JSONDecodeError, yaml.YAMLError) as exc:
         raise PolicyError(f"{path}: cannot read the policy file ({exc})") from None
+    raw = dict(raw or {}) if isinstance(raw, dict) else raw
+    admission = 0
+    if isinstance(raw, dict) and "admission_migrations" in raw:
+        admission = _admission(raw.pop("admission_migrations"), f"{path}: admission_migrations")
     try:
         config = SchedulerConfig.model_validate(raw or {})
     except ValidationError as exc:
@@ -104,7 +131,27 @@ def resolve(spec: str) -> Policy:
         config=config,
         description=f"user profile {path.name}",
         lean="filters" not in config.model_fields_set,
+        admission_migrations=admission,
     )
+
+
+def _admission(value: object, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_ADMISSION:
+        raise PolicyError(
+            f"{where}: must be a whole number of migrations from 0 to {MAX_ADMISSION}, "
+            f"got {value!r}"
+        )
+    return value
+
+
+def with_admission(policy: Policy, migrations: int) -> Policy:
+    """The policy admitting by up to `migrations` live migrations (0: never); the name says so
+    when it differs from the policy's own setting."""
+    _admission(migrations, "--admit-migrations")
+    if migrations == policy.admission_migrations:
+        return policy
+    suffix = f"+admit{migrations}" if migrations else "-noadmit"
+    return replace(policy, name=policy.name + suffix, admission_migrations=migrations)
 
 
 def resolve_all(specs: Iterable[str]) -> list[Policy]:

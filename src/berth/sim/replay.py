@@ -7,9 +7,11 @@ never influences a decision.
 Events, in time order (at equal times departures first, then arrivals, each by trace order):
 
 * **arrival**: `FilterScheduler.select_destinations` then `engine.commit` for one instance; on
-  `NoValidHost` the diagnosis' main reason is counted and, for a regular (non-preemptible)
-  request, the evictor (when there is one) may return preemptible victims to release before
-  committing its decision.
+  `NoValidHost` the diagnosis' main reason is counted; then, when the policy admits by migration
+  (`Policy.admission_migrations`), `berth.core.defrag.admit.plan_admission` may move up to that
+  many instances so that the request fits on one host (tried before any eviction: a migration
+  kills nothing); failing that, for a regular (non-preemptible) request, the evictor (when there
+  is one) may return preemptible victims to release before committing its decision.
 * **departure**: `HostTable.release` (skipped for requests that were rejected or evicted).
 * **sample** every `sample_every` seconds from the window start: utilisation, empty hosts,
   stranded resources, fragmentation per tracked flavor (`berth.sim.measures`).
@@ -32,6 +34,8 @@ import numpy as np
 import numpy.typing as npt
 
 from berth.core.config import SchedulerConfig
+from berth.core.defrag import apply_moves
+from berth.core.defrag.admit import plan_admission
 from berth.core.engine import Decision, FilterScheduler, commit
 from berth.core.errors import BerthError
 from berth.core.explain import NoValidHost
@@ -142,27 +146,37 @@ class ReplayState:
     seed: int = 0
     log: list[dict[str, Any]] = field(default_factory=list)
     """What periodic actions did, one record each (`action`, `time`, `migrations`, ...)."""
+    hosted: dict[str, set[str]] | None = None
+    """Host -> every instance running there; kept only when the policy admits by migration
+    (`plan_admission` reads it instead of scanning every allocation)."""
 
     def moved(self, instance_id: str, source: str, target: str) -> None:
-        """Keep the preemptible index exact after an instance moved (e.g. `apply_moves`)."""
-        hosted = self.victims_by_host.get(source)
-        if hosted is not None and instance_id in hosted:
-            hosted.discard(instance_id)
-            self.victims_by_host.setdefault(target, set()).add(instance_id)
+        """Keep the indexes exact after an instance moved (e.g. `apply_moves`)."""
+        for index in (self.victims_by_host, self.hosted):
+            held = index.get(source) if index is not None else None
+            if index is not None and held is not None and instance_id in held:
+                held.discard(instance_id)
+                index.setdefault(target, set()).add(instance_id)
 
     def forget(self, instance_id: str, host: str) -> None:
-        """Drop an instance from the preemptible index (it left `host`)."""
-        hosted = self.victims_by_host.get(host)
-        if hosted is not None:
-            hosted.discard(instance_id)
+        """Drop an instance from the indexes (it left `host`)."""
+        for index in (self.victims_by_host, self.hosted):
+            held = index.get(host) if index is not None else None
+            if held is not None:
+                held.discard(instance_id)
+
+    def placed(self, instance_id: str, host: str, preemptible: bool) -> None:
+        """Add a new instance to the indexes."""
+        if preemptible:
+            self.victims_by_host.setdefault(host, set()).add(instance_id)
+        if self.hosted is not None:
+            self.hosted.setdefault(host, set()).add(instance_id)
 
     def migrate(self, instance_id: str, host: str) -> None:
         """Move an instance to `host` (claim rule decides its cells); refused whole if it does
         not fit there."""
         alloc = self.table.release(instance_id)
-        if instance_id in self.victims_by_host.get(alloc.host, ()):
-            self.forget(instance_id, alloc.host)
-            self.victims_by_host.setdefault(host, set()).add(instance_id)
+        self.moved(instance_id, alloc.host, host)
         try:
             self.table.claim(
                 instance_id,
@@ -173,9 +187,7 @@ class ReplayState:
                 migratable=alloc.migratable,
             )
         except BerthError:
-            if instance_id in self.victims_by_host.get(host, ()):
-                self.forget(instance_id, host)
-                self.victims_by_host.setdefault(alloc.host, set()).add(instance_id)
+            self.moved(instance_id, host, alloc.host)
             self.table.claim(
                 instance_id,
                 alloc.host,
@@ -212,12 +224,15 @@ class PolicyRun:
     latency_ns: I64  # per decision (select_destinations, incl. diagnosis on failure)
     commit_ns: int
     wall_ns: int
-    events: int  # arrivals + departures that released an instance + evictions
+    events: int  # arrivals + departures that released an instance + evictions + migrations
     decisions: int
     evictions: int
     periodic_events: int
     periodic_log: list[dict[str, Any]]  # one record per periodic action run (see ReplayState)
     migrations: I64  # (windows,) instances moved by periodic actions in each window
+    admission_migrations: int  # the policy's limit per request (0: admission by migration off)
+    admitted: int  # requests that fitted nowhere and were placed after live migrations
+    admission_moves: I64  # (windows,) instances moved to admit requests in each window
     probes: list[dict[str, Any]]  # at the offered-load peaks: used hosts, held load, bound
     preemption: str
 
@@ -417,6 +432,15 @@ class Simulation:
             table, scheduler, now, victims_by_host=victims_by_host, tracked=tracked, seed=opts.seed
         )
         migrations = np.zeros(self.n_windows, dtype=np.int64)
+        admit_limit = policy.admission_migrations
+        admitted = 0
+        admit_moves = np.zeros(self.n_windows, dtype=np.int64)
+        hosted: dict[str, set[str]] | None = None
+        if admit_limit:
+            hosted = {}
+            for alloc in table.allocations.values():
+                hosted.setdefault(alloc.host, set()).add(alloc.instance_id)
+            state.hosted = hosted
         schedule = [(a, ws + a.interval) for a in actions]
         probe_at = {p.event: p for p in self.probes}
         held: list[tuple[Probe, dict[str, int], int]] = []
@@ -455,7 +479,7 @@ class Simulation:
             if ev_kind[k] == 0:  # departure
                 if alive[i]:
                     rid = ids[i]
-                    if preemptible_req[i]:
+                    if preemptible_req[i] or hosted is not None:
                         state.forget(rid, table.allocations[rid].host)
                     table.release(rid)
                     alive[i] = False
@@ -491,17 +515,42 @@ class Simulation:
                     if code not in messages:
                         messages[code] = str(exc.diagnosis)
                     plan = None
-                    if evictor is not None and not preemptible_req[i]:
+                    admission = None
+                    if admit_limit:  # before any eviction: a migration kills nothing
+                        admission = plan_admission(
+                            table,
+                            tmpl,
+                            scheduler=scheduler,
+                            now=now,
+                            max_migrations=admit_limit,
+                            hosted=hosted,
+                        )
+                    if admission is not None:
+                        apply_moves(table, admission.moves)
+                        for move in admission.moves:
+                            state.moved(move.instance_id, move.source, move.target)
+                        done = len(admission.moves)
+                        admitted += 1
+                        admit_moves[w] += done
+                        events += done
+                        if fast:
+                            host = scheduler.place_one(
+                                table, tmpl, now, instance_id=rid, seed=seed
+                            ).host
+                        else:
+                            request = tmpl.model_copy(update={"instance_ids": (rid,), "seed": seed})
+                            decision = scheduler.select_destinations(table, request, now)
+                    elif evictor is not None and not preemptible_req[i]:
                         current[0] = t
                         request = tmpl.model_copy(update={"instance_ids": (rid,), "seed": seed})
                         plan = evictor(scheduler, table, request, now, victims)
-                    if plan is None:
+                    if admission is None and plan is None:
                         failures[BUSINESS_LABELS[b]][code] = (
                             failures[BUSINESS_LABELS[b]].get(code, 0) + 1
                         )
                         outcome[i] = REJECTED
                         events += 1
-                    else:
+                    elif plan is not None:
                         decision = plan.decision
                     for vid in plan.evictions if plan is not None else ():
                         v = position[vid]
@@ -526,8 +575,8 @@ class Simulation:
                     outcome[i] = ACCEPTED
                     alive[i] = True
                     accepted[w, b] += 1
-                    if preemptible_req[i]:
-                        victims_by_host.setdefault(host, set()).add(rid)
+                    if preemptible_req[i] or hosted is not None:
+                        state.placed(rid, host, preemptible_req[i])
             probe = probe_at.get(k)
             if probe is not None:
                 held.append(
@@ -572,6 +621,9 @@ class Simulation:
             periodic_events=periodic_events,
             periodic_log=state.log,
             migrations=migrations,
+            admission_migrations=admit_limit,
+            admitted=admitted,
+            admission_moves=admit_moves,
             probes=probe_out,
             preemption=evictor.name if evictor is not None else "off",
         )

@@ -191,8 +191,9 @@ class TargetRules:
             return None
         return trait_mask(table, known)
 
-    def mask(self, table: HostTable, alloc: Allocation) -> Mask:
-        """Every host that may take `alloc` now (the source excluded)."""
+    def mask(self, table: HostTable, alloc: Allocation, *, exclude_source: bool = True) -> Mask:
+        """Every host that may take `alloc` now (the source excluded unless told otherwise:
+        a caller may reuse the mask for instances of the same shape on other hosts)."""
         request = self.request(table, alloc)
         ctx = Context(table, request, table.demand(alloc.flavor), self.now)
         out = self.static_mask(table, alloc) & (table.resource_counts(alloc.flavor) >= 1)
@@ -202,5 +203,6 @@ class TargetRules:
             group = table.groups.get(alloc.server_group)
             if group is not None and group.policy == GroupPolicy.ANTI_AFFINITY:
                 out &= table.group_count(group.id) < group.max_server_per_host
-        out[table.index[alloc.host]] = False
+        if exclude_source:
+            out[table.index[alloc.host]] = False
         return out
