@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -79,11 +80,61 @@ def test_a_defrag_run_makes_the_large_request_fit():
     s = summarize(sim, run)
     assert s["defrag"] == {
         "runs": 1,
+        "skipped": 0,
         "migrations": 1,
         "by_window": [1],
         "capacity_gained": {"big": 1},
     }
     assert s["acceptance"]["overall"] == 1.0
+
+
+def test_on_pressure_a_run_waits_for_a_request_that_found_no_room():
+    # nothing was refused before t=6: the run is skipped and 'big' fails at t=10
+    sim, run = simulate(PeriodicDefrag(interval=6.0, migrations=2, on_pressure=True))
+    (record,) = run.periodic_log
+    assert record["skipped"] == "no pressure"
+    assert run.outcome[-1] == REJECTED
+    assert summarize(sim, run)["defrag"]["skipped"] == 1
+    # a 'big' refused at 5.5 is pressure: the run at 6 consolidates and the one at 10 fits
+    small = flavor("small", vcpus=1, mem=1024)
+    big = flavor("big", vcpus=4, mem=4096)
+    rows = [
+        ("a", 0.0, 5.0, "small", OD),
+        ("b", 1.0, 5.0, "small", OD),
+        ("c", 2.0, INF, "small", OD),
+        ("d", 3.0, INF, "small", PRE),
+        ("e", 4.0, INF, "small", PRE),
+        ("big0", 5.5, 5.8, "big", OD),
+        ("big", 10.0, INF, "big", OD),
+    ]
+    trace = build_trace("pressure", rows, [small, big], window=12.0, horizon=12.0)
+    sim = Simulation(trace, fleet(), ReplayOptions(track_flavors=["big"], bound=False))
+    run = sim.run(
+        resolve("first_fit"),
+        periodic=[PeriodicDefrag(interval=6.0, migrations=2, on_pressure=True)],
+    )
+    assert run.outcome.tolist() == [ACCEPTED] * 5 + [REJECTED, ACCEPTED]
+    (record,) = run.periodic_log
+    assert "skipped" not in record
+    assert record["migrations"] == 1
+
+
+def test_a_policy_brings_its_own_defragmenter_and_a_run_may_replace_it():
+    own = resolve("berth-placement")
+    mine = PeriodicDefrag(interval=6.0, migrations=2, name="defrag")
+    policy = replace(own, name="mine", periodic=(mine,))
+    sim = Simulation(
+        fragmenting_trace(), fleet(), ReplayOptions(track_flavors=["big"], bound=False)
+    )
+    run = sim.run(policy)
+    assert [r["migrations"] for r in run.periodic_log] == [1]
+    other = PeriodicDefrag(interval=6.0, migrations=2, on_pressure=True)
+    run = sim.run(policy, periodic=[other])
+    assert [r.get("skipped") for r in run.periodic_log] == ["no pressure"]  # replaced, not added
+    (action,) = resolve("berth").periodic
+    assert isinstance(action, PeriodicDefrag)
+    assert (action.interval, action.share, action.on_pressure) == (6 * 3600.0, 0.01, True)
+    assert resolve("berth-placement").periodic == ()
 
 
 def test_a_moved_preemptible_instance_is_evicted_from_its_new_host():

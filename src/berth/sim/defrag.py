@@ -79,6 +79,9 @@ class PeriodicDefrag:
     flavors: tuple[str, ...] = ()
     """Target flavors; empty = the replay's tracked large flavors."""
     name: str = "defrag"
+    on_pressure: bool = False
+    """Run only when some request found no room since the last run (`ReplayState.pressure`):
+    a fleet that turns nothing away is left alone."""
 
     def __post_init__(self) -> None:
         if not (self.interval > 0 and math.isfinite(self.interval)):
@@ -104,6 +107,13 @@ class PeriodicDefrag:
             "budget": allowed,
             "migrations": 0,
         }
+        if self.on_pressure:
+            seen = state.pressure_seen.get(self.name, 0)
+            state.pressure_seen[self.name] = state.pressure
+            if state.pressure == seen:
+                record["skipped"] = "no pressure"
+                state.log.append(record)
+                return 0
         if allowed < 1 or not flavors or running == 0:
             state.log.append(record)
             return 0

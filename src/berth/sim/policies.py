@@ -34,6 +34,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import yaml
@@ -49,13 +50,20 @@ from berth.core.registry import filter_class
 from berth.core.request import RequestSpec
 from berth.core.table import HostTable
 from berth.fleet.io import describe_validation_error
+from berth.sim.defrag import PeriodicDefrag
+
+if TYPE_CHECKING:
+    from berth.sim.replay import PeriodicAction
 
 DESCRIPTIONS = {
     "nova": "Nova default: spread by free RAM",
     "first_fit": "first fit (fleet order)",
     "best_fit": "best fit (least CPU+RAM share left)",
     "worst_fit": "worst fit (most CPU+RAM share left)",
-    "berth": "Berth default: fragmentation-aware, then pack; admits by one migration",
+    "berth": (
+        "Berth default: fragmentation-aware, then pack; admits by one migration; "
+        "defragments every 6h (1%) under pressure"
+    ),
     "berth-placement": "Berth's placement alone (no migrations)",
     "spread": "spread by free RAM and vCPU",
     "pack": "pack by free RAM and vCPU",
@@ -71,6 +79,12 @@ PLACEMENT_ONLY = "berth-placement"
 
 ADMISSION = {"berth": 1}
 """Live migrations a built-in policy may make to admit one request that fits nowhere."""
+
+BERTH_DEFRAG = PeriodicDefrag(interval=6 * 3600.0, share=0.01, on_pressure=True)
+"""Berth's defragmenter: every 6 h of trace time, at most 1 % of the running VMs, and only when
+some request since the last run found no room (refused, or admitted by migration)."""
+
+OWN_PERIODIC: dict[str, tuple[PeriodicDefrag, ...]] = {"berth": (BERTH_DEFRAG,)}
 
 MAX_ADMISSION = 4
 
@@ -89,6 +103,8 @@ class Policy:
     admission_migrations: int = 0
     """At most this many live migrations to admit a request that fits nowhere (0: never);
     `berth.core.defrag.admit`, tried before any eviction."""
+    periodic: tuple[PeriodicAction, ...] = ()
+    """Periodic actions that are part of the policy (Berth's default: its defragmenter)."""
 
 
 def resolve(spec: str) -> Policy:
@@ -106,6 +122,7 @@ def resolve(spec: str) -> Policy:
             config=SchedulerConfig(weighers=list(PROFILES[name])),
             description=DESCRIPTIONS.get(name, f"profile {name}"),
             admission_migrations=ADMISSION.get(name, 0),
+            periodic=OWN_PERIODIC.get(name, ()),
         )
     path = Path(spec)
     if not path.exists():

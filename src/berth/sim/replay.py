@@ -146,6 +146,11 @@ class ReplayState:
     seed: int = 0
     log: list[dict[str, Any]] = field(default_factory=list)
     """What periodic actions did, one record each (`action`, `time`, `migrations`, ...)."""
+    pressure: int = 0
+    """Requests so far that found no room although some host could hold them when empty
+    (refused, or admitted by migration): what a defragmenter run `on_pressure` waits for."""
+    pressure_seen: dict[str, int] = field(default_factory=dict)
+    """Per periodic action name: `pressure` when it last ran."""
     hosted: dict[str, set[str]] | None = None
     """Host -> every instance running there; kept only when the policy admits by migration
     (`plan_admission` reads it instead of scanning every allocation)."""
@@ -354,9 +359,14 @@ class Simulation:
         name: str | None = None,
     ) -> PolicyRun:
         """Replay under `policy`; `periodic` replaces `options.periodic` for this run (e.g. the
-        same policy with and without defragmentation), `name` the run's name in reports."""
+        same policy with and without defragmentation), `name` the run's name in reports. The
+        policy's own periodic actions (`Policy.periodic`, e.g. Berth's defragmenter) run too,
+        except those named like one of the run's (a run's `defrag` replaces the policy's)."""
         opts = self.options
-        actions = opts.periodic if periodic is None else periodic
+        extra = list(opts.periodic if periodic is None else periodic)
+        named = {getattr(a, "name", None) for a in extra} - {None}
+        # the policy's own actions, unless the run brings one of the same `name` (e.g. defrag)
+        actions = [a for a in policy.periodic if getattr(a, "name", None) not in named] + extra
         tr = self.trace
         config = lean_config(policy, self.base, self.flavors_used, self.zoned, self.now)
         main = FilterScheduler.from_config(config)
@@ -378,6 +388,7 @@ class Simulation:
         starts = tr.start
         preemptible_req: list[bool] = tr.preemptible.tolist()
         names = tr.flavor_names
+        could_fit = [bool(self.eligible[f].any()) for f in names]
         zones = tr.zones
         groups = [g.id for g in tr.groups]
         seeds: list[int] = (
@@ -531,6 +542,7 @@ class Simulation:
                             state.moved(move.instance_id, move.source, move.target)
                         done = len(admission.moves)
                         admitted += 1
+                        state.pressure += 1
                         admit_moves[w] += done
                         events += done
                         if fast:
@@ -548,6 +560,8 @@ class Simulation:
                         failures[BUSINESS_LABELS[b]][code] = (
                             failures[BUSINESS_LABELS[b]].get(code, 0) + 1
                         )
+                        if could_fit[key[0]]:
+                            state.pressure += 1
                         outcome[i] = REJECTED
                         events += 1
                     elif plan is not None:

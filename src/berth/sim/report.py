@@ -99,7 +99,8 @@ def summarize(sim: Simulation, run: PolicyRun) -> dict[str, Any]:
         else {}
     )
     distances = [p["distance"] for p in run.probes if "distance" in p]
-    runs = [r for r in run.periodic_log if r.get("action") == "defrag"]
+    logged = [r for r in run.periodic_log if r.get("action") == "defrag"]
+    runs = [r for r in logged if "skipped" not in r]
     gained: dict[str, int] = {}
     for r in runs:
         for f, after in r.get("capacity_after", {}).items():
@@ -107,11 +108,12 @@ def summarize(sim: Simulation, run: PolicyRun) -> dict[str, Any]:
     defrag = (
         {
             "runs": len(runs),
+            "skipped": len(logged) - len(runs),
             "migrations": sum(int(r["migrations"]) for r in runs),
             "by_window": run.migrations[1:].tolist(),
             "capacity_gained": gained,
         }
-        if runs
+        if logged
         else None
     )
     admission = (
@@ -464,7 +466,7 @@ def _defrag_section(summaries: Sequence[dict[str, Any]], unit: float, uname: str
                 if base is not None and base is not s
                 else "–",
                 _pct(s["acceptance"]["memory_weighted"]),
-                f"{d['runs']:,}",
+                f"{d['runs']:,}" + (f" ({d['skipped']:,} skipped)" if d.get("skipped") else ""),
                 f"{d['migrations']:,}",
                 gained,
             ]
@@ -484,7 +486,8 @@ def _defrag_section(summaries: Sequence[dict[str, Any]], unit: float, uname: str
         "Each run plans live migrations with the core's planner (objective: capacity of the "
         "target flavors) within its budget and applies them at that instant; 'capacity gained' "
         "sums, over the runs, the instances of each target flavor that fit after the plan minus "
-        "before it.",
+        "before it. A defragmenter that runs on pressure (Berth's own) skips an instant when no "
+        "request found no room since its last run.",
         "",
     ]
     windows = runs[0]["windows"]
