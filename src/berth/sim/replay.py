@@ -238,6 +238,8 @@ class PolicyRun:
     admission_migrations: int  # the policy's limit per request (0: admission by migration off)
     admitted: int  # requests that fitted nowhere and were placed after live migrations
     admission_moves: I64  # (windows,) instances moved to admit requests in each window
+    admission_searches: int  # `plan_admission` calls (requests that fitted nowhere)
+    admission_ns: int  # time in those calls
     probes: list[dict[str, Any]]  # at the offered-load peaks: used hosts, held load, bound
     preemption: str
 
@@ -444,7 +446,7 @@ class Simulation:
         )
         migrations = np.zeros(self.n_windows, dtype=np.int64)
         admit_limit = policy.admission_migrations
-        admitted = 0
+        admitted = admit_tries = admit_ns = 0
         admit_moves = np.zeros(self.n_windows, dtype=np.int64)
         hosted: dict[str, set[str]] | None = None
         if admit_limit:
@@ -527,7 +529,8 @@ class Simulation:
                         messages[code] = str(exc.diagnosis)
                     plan = None
                     admission = None
-                    if admit_limit:  # before any eviction: a migration kills nothing
+                    if admit_limit and could_fit[key[0]]:  # before any eviction
+                        t2 = clock()
                         admission = plan_admission(
                             table,
                             tmpl,
@@ -536,6 +539,8 @@ class Simulation:
                             max_migrations=admit_limit,
                             hosted=hosted,
                         )
+                        admit_ns += clock() - t2
+                        admit_tries += 1
                     if admission is not None:
                         apply_moves(table, admission.moves)
                         for move in admission.moves:
@@ -638,6 +643,8 @@ class Simulation:
             admission_migrations=admit_limit,
             admitted=admitted,
             admission_moves=admit_moves,
+            admission_searches=admit_tries,
+            admission_ns=admit_ns,
             probes=probe_out,
             preemption=evictor.name if evictor is not None else "off",
         )

@@ -122,6 +122,10 @@ def summarize(sim: Simulation, run: PolicyRun) -> dict[str, Any]:
             "requests": run.admitted,
             "migrations": int(run.admission_moves.sum()),
             "by_window": run.admission_moves[1:].tolist(),
+            "searches": run.admission_searches,
+            "search_us_mean": (
+                run.admission_ns / run.admission_searches / 1e3 if run.admission_searches else 0.0
+            ),
         }
         if run.admission_migrations
         else None
@@ -321,6 +325,14 @@ def markdown(
             row(
                 "migrations (admission)",
                 lambda s: f"{s['admission']['migrations']:,}" if s.get("admission") else "–",
+            ),
+            row(
+                "admission searches / mean µs",
+                lambda s: (
+                    f"{s['admission']['searches']:,} / {s['admission']['search_us_mean']:,.0f}"
+                    if s.get("admission")
+                    else "–"
+                ),
             ),
         ]
     if any(s.get("defrag") for s in summaries):
