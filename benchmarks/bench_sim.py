@@ -52,16 +52,18 @@ from berth.sim.bound import lower_bound
 from berth.sim.defrag import PeriodicDefrag, parse_interval
 from berth.sim.evictions import default_evictor
 from berth.sim.fleets import load_fleet_or_sizing
-from berth.sim.policies import CLASSIC, Policy, resolve
+from berth.sim.policies import CLASSIC, PLACEMENT_ONLY, Policy, resolve
 from berth.sim.replay import PeriodicAction, PolicyRun, ReplayOptions, Simulation
 from berth.sim.report import describe_trace, markdown, summarize
 from berth.sim.synthetic import SyntheticConfig, generate
 from provenance import machine
 
 REPO = Path(__file__).resolve().parent.parent
-POLICIES = (*CLASSIC, "berth")
+POLICIES = (*CLASSIC, PLACEMENT_ONLY, "berth")
+"""The classic policies, Berth's placement alone, and Berth's default (placement, admission by
+migration, defragmentation on pressure)."""
 TARGET = 0.95
-DEFRAG_POLICIES = ("first_fit", "berth")
+DEFRAG_POLICIES = ("first_fit", PLACEMENT_ONLY)
 DEFRAG_SETTINGS = (("1d", 0.03), ("6h", 0.01))
 """(interval, budget as a share of the running VMs) of the periodic defragmentation runs."""
 
@@ -112,6 +114,7 @@ def brief(sim: Simulation, run: PolicyRun) -> dict[str, Any]:
         "distance": s["bound"]["distance"],
         "probes": s["bound"]["probes"],
         "defrag": s["defrag"],
+        "admission": s["admission"],
     }
 
 
@@ -181,7 +184,11 @@ fleet, _ = load_fleet_or_sizing(sys.argv[1] + "xazure-1", trace)
 sim = Simulation(trace, fleet, ReplayOptions(evictor=default_evictor(), bound=False))
 for name in sys.argv[2].split(","):
     cpu = time.thread_time()
-    run = sim.run(resolve(name))
+    try:
+        policy = resolve(name)
+    except Exception:  # a tree older than the policy: berth-placement was plain berth
+        policy = resolve("berth")
+    run = sim.run(policy)
     cpu = time.thread_time() - cpu
     print(json.dumps({"policy": name, "events": run.events, "decisions": run.decisions,
                       "wall_s": run.wall_ns / 1e9, "cpu_s": cpu,
@@ -472,6 +479,7 @@ def body(
         ["acceptance, memory-weighted", *(pct(head[p]["memory_weighted"]) for p in names)],
         ["acceptance, vCPU-weighted", *(pct(head[p]["vcpu_weighted"]) for p in names)],
         ["evictions", *(f"{head[p]['evictions']:,}" for p in names)],
+        *migration_rows([head[p] for p in names]),
     ]
     for f in tracked:
         rows.append([f"fragmentation {f}", *(pct(head[p]["frag"][f], 1) for p in names)])
@@ -524,9 +532,32 @@ def body(
     return out
 
 
+def migration_rows(runs: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """Requests admitted by migration, and live migrations (admission; defragmentation runs)."""
+
+    def admitted(r: dict[str, Any]) -> str:
+        a = r.get("admission")
+        return f"{a['requests']:,}" if a else "–"
+
+    def moved(r: dict[str, Any]) -> str:
+        a, d = r.get("admission"), r.get("defrag")
+        if not a and not d:
+            return "0"
+        parts = [f"{a['migrations']:,} admission" if a else "", ""]
+        if d:
+            parts[1] = f"{d['migrations']:,} defrag ({d['runs']} runs)"
+        return " + ".join(p for p in parts if p)
+
+    return [
+        ["admitted by migration", *(admitted(r) for r in runs)],
+        ["live migrations", *(moved(r) for r in runs)],
+    ]
+
+
 def verdict(head: dict[str, dict[str, Any]], tracked: list[str]) -> list[str]:
     """Does Berth's default beat every classic policy? Computed, not written by hand."""
     b = head["berth"]
+    placed = head.get(PLACEMENT_ONLY)
     classic = [head[p] for p in CLASSIC]
     best_acc = max(classic, key=lambda r: r["acceptance"])
     acc_ok = all(b["acceptance"] > r["acceptance"] for r in classic)
@@ -545,9 +576,18 @@ def verdict(head: dict[str, dict[str, Any]], tracked: list[str]) -> list[str]:
         f"every classic policy for {len(frag_wins)} of {len(tracked)}"
         + (f" ({', '.join(frag_wins)})" if frag_wins else "")
         + ".",
-        "",
     ]
-    return lines
+    if placed is not None:
+        lines.append(
+            f"- Berth's placement alone ({PLACEMENT_ONLY}, no migrations) accepts "
+            f"{pct(placed['acceptance'])}: "
+            + (
+                "more than every classic policy."
+                if all(placed["acceptance"] > r["acceptance"] for r in classic)
+                else "not more than every classic policy; the lead comes from the migrations."
+            )
+        )
+    return [*lines, ""]
 
 
 def reading(d: dict[str, Any]) -> list[str]:
@@ -829,6 +869,7 @@ def synthetic_tables(d: dict[str, Any], names: list[str]) -> list[str]:
             ["acceptance", *(pct(by[p]["acceptance"]) for p in names)],
             ["memory-weighted", *(pct(by[p]["memory_weighted"], 1) for p in names)],
             ["evictions", *(f"{by[p]['evictions']:,}" for p in names)],
+            *migration_rows([by[p] for p in names]),
             ["CPU util. of used hosts", *(pct(by[p]["cpu_used"], 1) for p in names)],
             ["empty hosts (mean)", *(f"{by[p]['empty']:.0f}" for p in names)],
             ["distance to bound", *(pct(by[p]["distance"], 1) for p in names)],
@@ -838,6 +879,7 @@ def synthetic_tables(d: dict[str, Any], names: list[str]) -> list[str]:
         for f in frag_names:
             rows.append([f"fragmentation {f}", *(pct(by[p]["frag"][f], 1) for p in names)])
         out += [f"### {spec} per cluster", "", table(["measure", *names], rows), ""]
+        out += verdict(by, frag_names)
     return out
 
 
