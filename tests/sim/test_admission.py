@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -32,7 +33,11 @@ def fleet() -> Fleet:
 
 
 def trace(c_business: int = OD) -> Trace:
-    rows = [
+    return build_trace("admit", _rows(c_business), [SMALL, TWO, BIG], window=10.0, horizon=4.0)
+
+
+def _rows(c_business: int = OD) -> list[tuple[str, float, float, str, int]]:
+    return [
         ("a", 0.0, 2.5, "small", OD),  # h0
         ("b", 0.5, INF, "small", OD),  # h0
         ("x", 1.0, INF, "two", OD),  # h0, now full
@@ -41,7 +46,6 @@ def trace(c_business: int = OD) -> Trace:
         # c from h1 to h0 empties h1
         ("d", 3.0, INF, "big", OD),
     ]
-    return build_trace("admit", rows, [SMALL, TWO, BIG], window=10.0, horizon=4.0)
 
 
 def replay(policy: str, migrations: int | None = None, **kw: Any) -> tuple[Simulation, PolicyRun]:
@@ -60,8 +64,8 @@ def test_one_migration_admits_the_request_that_fits_nowhere() -> None:
     sim, run = replay("first_fit", 1)
     assert run.outcome.tolist() == [ACCEPTED] * 5
     assert hosts(sim, run) == ["h0", "h0", "h0", "h1", "h1"]  # where each was placed
-    assert run.admitted == 1
-    assert run.admission_moves.sum() == 1
+    assert run.admitted.tolist() == [0, 1]  # window 0 is the warm-up
+    assert run.admission_moves.tolist() == [0, 1]
     assert run.failures["on-demand"] == {}
     # five arrivals, one departure, one migration
     assert run.events == 5 + 1 + 1
@@ -74,14 +78,30 @@ def test_one_migration_admits_the_request_that_fits_nowhere() -> None:
         "migrations": 1,
         "by_window": [1],
         "searches": 1,
+        "initial": {"requests": 0, "migrations": 0},
     }
     assert s["acceptance"]["overall"] == 1.0
+
+
+def test_a_common_warm_up_places_the_initial_vms_without_migrations() -> None:
+    # the window opens at 3.5: 'd' (t=3) is an initial VM, placed by the warm-up policy
+    rows = [(r, t0, t1, f, b) for r, t0, t1, f, b in _rows()]
+    early = build_trace("warm", rows, [SMALL, TWO, BIG], window=10.0, horizon=4.0)
+    early = replace(early, window_start=3.5)
+    own = Simulation(early, fleet(), ReplayOptions(bound=False)).run(resolve("berth"))
+    assert own.outcome[-1] == ACCEPTED
+    assert own.admitted.tolist() == [1, 0]  # admitted at warm-up, by the policy itself
+    common = Simulation(
+        early, fleet(), ReplayOptions(bound=False, warmup=resolve("first_fit"))
+    ).run(resolve("berth"))
+    assert common.outcome[-1] == REJECTED
+    assert common.admitted.sum() == 0
 
 
 def test_without_admission_the_request_is_rejected() -> None:
     sim, run = replay("first_fit")
     assert run.outcome.tolist() == [ACCEPTED] * 4 + [REJECTED]
-    assert run.admitted == 0
+    assert run.admitted.sum() == 0
     assert run.admission_moves.sum() == 0
     assert summarize(sim, run)["admission"] is None
 
@@ -94,7 +114,7 @@ def test_migration_comes_before_eviction() -> None:
     _, moving = replay("first_fit", 1, evictor=default_evictor(), trace={"c_business": PRE})
     assert moving.evictions == 0
     assert moving.outcome.tolist() == [ACCEPTED] * 5
-    assert moving.admitted == 1
+    assert moving.admitted.sum() == 1
 
 
 def test_berth_admits_by_one_migration_and_its_placement_alone_does_not() -> None:

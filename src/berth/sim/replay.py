@@ -236,7 +236,7 @@ class PolicyRun:
     periodic_log: list[dict[str, Any]]  # one record per periodic action run (see ReplayState)
     migrations: I64  # (windows,) instances moved by periodic actions in each window
     admission_migrations: int  # the policy's limit per request (0: admission by migration off)
-    admitted: int  # requests that fitted nowhere and were placed after live migrations
+    admitted: I64  # (windows,) requests that fitted nowhere, placed after live migrations
     admission_moves: I64  # (windows,) instances moved to admit requests in each window
     admission_searches: int  # `plan_admission` calls (requests that fitted nowhere)
     admission_ns: int  # time in those calls
@@ -446,10 +446,14 @@ class Simulation:
         )
         migrations = np.zeros(self.n_windows, dtype=np.int64)
         admit_limit = policy.admission_migrations
-        admitted = admit_tries = admit_ns = 0
+        # a common warm-up policy places the initial VMs its own way, migrations included
+        warm_limit = opts.warmup.admission_migrations if opts.warmup is not None else admit_limit
+        limit = warm_limit if scheduler is warm else admit_limit
+        admit_tries = admit_ns = 0
+        admitted = np.zeros(self.n_windows, dtype=np.int64)
         admit_moves = np.zeros(self.n_windows, dtype=np.int64)
         hosted: dict[str, set[str]] | None = None
-        if admit_limit:
+        if admit_limit or warm_limit:
             hosted = {}
             for alloc in table.allocations.values():
                 hosted.setdefault(alloc.host, set()).add(alloc.instance_id)
@@ -479,6 +483,7 @@ class Simulation:
             if t >= ws and scheduler is not main:
                 scheduler = main
                 state.scheduler = main
+                limit = admit_limit
             if schedule:
                 for j, (action, due) in enumerate(schedule):
                     while t >= due:
@@ -529,14 +534,14 @@ class Simulation:
                         messages[code] = str(exc.diagnosis)
                     plan = None
                     admission = None
-                    if admit_limit and could_fit[key[0]]:  # before any eviction
+                    if limit and could_fit[key[0]]:  # before any eviction
                         t2 = clock()
                         admission = plan_admission(
                             table,
                             tmpl,
                             scheduler=scheduler,
                             now=now,
-                            max_migrations=admit_limit,
+                            max_migrations=limit,
                             hosted=hosted,
                         )
                         admit_ns += clock() - t2
@@ -546,7 +551,7 @@ class Simulation:
                         for move in admission.moves:
                             state.moved(move.instance_id, move.source, move.target)
                         done = len(admission.moves)
-                        admitted += 1
+                        admitted[w] += 1
                         state.pressure += 1
                         admit_moves[w] += done
                         events += done

@@ -119,15 +119,19 @@ def summarize(sim: Simulation, run: PolicyRun) -> dict[str, Any]:
     admission = (
         {
             "max_migrations": run.admission_migrations,
-            "requests": run.admitted,
-            "migrations": int(run.admission_moves.sum()),
+            "requests": int(run.admitted[1:].sum()),
+            "migrations": int(run.admission_moves[1:].sum()),
             "by_window": run.admission_moves[1:].tolist(),
             "searches": run.admission_searches,
             "search_us_mean": (
                 run.admission_ns / run.admission_searches / 1e3 if run.admission_searches else 0.0
             ),
+            "initial": {
+                "requests": int(run.admitted[0]),
+                "migrations": int(run.admission_moves[0]),
+            },
         }
-        if run.admission_migrations
+        if run.admission_migrations or run.admitted.any()
         else None
     )
     return {
