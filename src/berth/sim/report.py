@@ -123,9 +123,6 @@ def summarize(sim: Simulation, run: PolicyRun) -> dict[str, Any]:
             "migrations": int(run.admission_moves[1:].sum()),
             "by_window": run.admission_moves[1:].tolist(),
             "searches": run.admission_searches,
-            "search_us_mean": (
-                run.admission_ns / run.admission_searches / 1e3 if run.admission_searches else 0.0
-            ),
             "initial": {
                 "requests": int(run.admitted[0]),
                 "migrations": int(run.admission_moves[0]),
@@ -194,6 +191,9 @@ def summarize(sim: Simulation, run: PolicyRun) -> dict[str, Any]:
         "performance": {
             "events": run.events,
             "decisions": run.decisions,
+            "admission_search_us_mean": (
+                run.admission_ns / run.admission_searches / 1e3 if run.admission_searches else 0.0
+            ),
             "evictions": run.evictions,
             "wall_s": run.wall_ns / 1e9,
             "events_per_s": run.events_per_second,
@@ -333,7 +333,8 @@ def markdown(
             row(
                 "admission searches / mean µs",
                 lambda s: (
-                    f"{s['admission']['searches']:,} / {s['admission']['search_us_mean']:,.0f}"
+                    f"{s['admission']['searches']:,} / "
+                    f"{s['performance']['admission_search_us_mean']:,.0f}"
                     if s.get("admission")
                     else "–"
                 ),
