@@ -159,43 +159,26 @@ def test_cli_admit_migrations(tmp_path: Any) -> None:
     )
     path = tmp_path / "t.csv"
     path.write_text(rows)
-    result = CliRunner().invoke(
-        app,
-        [
-            "simulate",
-            "--trace",
-            str(path),
-            "--fleet",
-            "1xazure-2",
-            "--policy",
-            "first_fit,berth",
-            "--admit-migrations",
-            "2",
-            "--out",
-            str(tmp_path / "o"),
-            "--json",
-            "--no-plots",
-            "--no-bound",
-        ],
+
+    def simulate(out: str, *extra: str) -> Any:
+        base = ["simulate", "--trace", str(path), "--fleet", "1xazure-2"]
+        return CliRunner().invoke(app, [*base, "--out", str(tmp_path / out), *extra])
+
+    result = simulate(
+        "o",
+        "--policy",
+        "first_fit,berth",
+        "--admit-migrations",
+        "2",
+        "--json",
+        "--no-plots",
+        "--no-bound",
     )
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     names = [p["policy"] for p in data["policies"]]
     assert names == ["first_fit+admit2", "berth+admit2"]
     assert all(p["admission"]["max_migrations"] == 2 for p in data["policies"])
-    bad = CliRunner().invoke(
-        app,
-        [
-            "simulate",
-            "--trace",
-            str(path),
-            "--fleet",
-            "1xazure-2",
-            "--out",
-            str(tmp_path / "b"),
-            "--admit-migrations",
-            "7",
-        ],
-    )
+    bad = simulate("b", "--admit-migrations", "7")
     assert bad.exit_code == 2
     assert "--admit-migrations" in bad.output

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -26,9 +27,10 @@ def fleet() -> Fleet:
     return Fleet(hosts=[host("h0", vcpus=4, mem=4096), host("h1", vcpus=4, mem=4096)], now=0.0)
 
 
-def fragmenting_trace() -> Trace:
+def fragmenting_trace(before_big: Sequence[tuple[str, float, float, str, int]] = ()) -> Trace:
     """First fit fills h0 with a-d, e goes to h1; a and b leave: 2 free on h0, 3 on h1, so the
-    4-vCPU 'big' at t=10 fits nowhere unless e moves to h0 (one migration empties h1)."""
+    4-vCPU 'big' at t=10 fits nowhere unless e moves to h0 (one migration empties h1).
+    `before_big`: rows inserted before 'big'."""
     small = flavor("small", vcpus=1, mem=1024)
     big = flavor("big", vcpus=4, mem=4096)
     rows = [
@@ -37,6 +39,7 @@ def fragmenting_trace() -> Trace:
         ("c", 2.0, INF, "small", OD),
         ("d", 3.0, INF, "small", PRE),
         ("e", 4.0, INF, "small", PRE),
+        *before_big,
         ("big", 10.0, INF, "big", OD),
     ]
     return build_trace("frag", rows, [small, big], window=12.0, horizon=12.0)
@@ -96,18 +99,7 @@ def test_on_pressure_a_run_waits_for_a_request_that_found_no_room():
     assert run.outcome[-1] == REJECTED
     assert summarize(sim, run)["defrag"]["skipped"] == 1
     # a 'big' refused at 5.5 is pressure: the run at 6 consolidates and the one at 10 fits
-    small = flavor("small", vcpus=1, mem=1024)
-    big = flavor("big", vcpus=4, mem=4096)
-    rows = [
-        ("a", 0.0, 5.0, "small", OD),
-        ("b", 1.0, 5.0, "small", OD),
-        ("c", 2.0, INF, "small", OD),
-        ("d", 3.0, INF, "small", PRE),
-        ("e", 4.0, INF, "small", PRE),
-        ("big0", 5.5, 5.8, "big", OD),
-        ("big", 10.0, INF, "big", OD),
-    ]
-    trace = build_trace("pressure", rows, [small, big], window=12.0, horizon=12.0)
+    trace = fragmenting_trace([("big0", 5.5, 5.8, "big", OD)])
     sim = Simulation(trace, fleet(), ReplayOptions(track_flavors=["big"], bound=False))
     run = sim.run(
         resolve("first_fit"),
