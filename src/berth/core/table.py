@@ -400,10 +400,11 @@ class HostTable:
         Unlike `derived`, its owner updates it in place (reading `changed_since` itself), so it
         is never shared: `copy` drops it, as do `add_flavor` and `add_hosts`.
         """
-        found = self._state.get(key)
-        if found is None:
+        try:
+            return self._state[key]
+        except KeyError:
             found = self._state[key] = make()
-        return found
+            return found
 
     def free_rows(self, rows: I64 | None) -> tuple[I64, I64]:
         """(cell_free, host_free) of some rows (None = all), in the resource-major layout."""

@@ -77,14 +77,16 @@ class LeftoverWeigher(HostWeigher):
         use = self.params.resources
         cpu, mem = "cpu" in use, "memory" in use
         if not spec.dedicated_cpus and not spec.hugepages:  # host columns only: the common case
+            # over every host (contiguous columns), then the candidates: fewer passes than
+            # gathering four columns; the same operations per host
             cpu_cap, mem_cap = self._host_caps(table)
             free = ctx.host_free
             if not cpu:
-                return (free[rows, H_MEM] - spec.memory_mb) / mem_cap[rows]
-            out = (free[rows, H_VCPU] - spec.vcpus) / cpu_cap[rows]
+                return ((free[:, H_MEM] - spec.memory_mb) / mem_cap).take(rows)
+            out = (free[:, H_VCPU] - spec.vcpus) / cpu_cap
             if mem:
-                out += (free[rows, H_MEM] - spec.memory_mb) / mem_cap[rows]
-            return out
+                out += (free[:, H_MEM] - spec.memory_mb) / mem_cap
+            return out.take(rows)
         out = np.zeros(rows.size, dtype=np.float64)
         if cpu:
             if spec.dedicated_cpus:

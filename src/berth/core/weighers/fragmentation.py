@@ -31,6 +31,7 @@ from berth.core.errors import SpecError
 from berth.core.filters.base import Context
 from berth.core.table import INT32_MAX, INT32_MAX_INT, HostTable, RowFunction
 from berth.core.weighers.base import F64, I64, HostWeigher
+from berth.core.weighers.frag_host import HostOnlyCosts
 
 SMALL_ROWS = 8
 """Up to this many changed hosts, the cost is computed host by host in plain integers."""
@@ -100,6 +101,14 @@ class FragmentationWeigher(HostWeigher):
     def raw(self, ctx: Context, rows: I64) -> F64:
         references = tuple(self.references(ctx))
         demand, table = ctx.demand, ctx.table
+        store = table.state(
+            ("fragmentation host-only", references),
+            lambda: HostOnlyCosts.build(table, [table.demands[name] for name in references]),
+        )
+        if store is not None:  # floating flavors: every flavor's cost kept current (frag_host)
+            neg = store.row(table, demand)
+            if neg is not None:
+                return neg.take(rows)
         refs = [table.demands[name] for name in references]
 
         caps = reference_counts(table, references)  # cap_f; `cost` only adds cap'_f

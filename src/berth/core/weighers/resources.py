@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+from pydantic import BaseModel
 
 from berth.core.filters.base import Context
 from berth.core.model import DiskKind
 from berth.core.resources import C_PCPU, H_HDD, H_MEM, H_SSD, H_VCPU
+from berth.core.table import HostTable
 from berth.core.weighers.base import F64, I64, HostWeigher
 
 
@@ -16,7 +18,7 @@ class RamWeigher(HostWeigher):
     name = "ram"
 
     def raw(self, ctx: Context, rows: I64) -> F64:
-        return ctx.host_free[rows, H_MEM].astype(np.float64)
+        return ctx.host_free[:, H_MEM].take(rows).astype(np.float64)
 
 
 class VcpuWeigher(HostWeigher):
@@ -24,10 +26,23 @@ class VcpuWeigher(HostWeigher):
 
     name = "vcpu"
 
+    def __init__(self, params: BaseModel | None = None) -> None:
+        super().__init__(params)
+        self._pinned: tuple[I64, bool] | None = None
+
+    def _any_pinned(self, table: HostTable) -> bool:
+        """Whether some host has pinnable CPUs, kept while the table's capacity array is the
+        same object (claims never change it; adding hosts replaces it)."""
+        if self._pinned is None or self._pinned[0] is not table.cell_cap:
+            self._pinned = (table.cell_cap, bool(table.cell_cap[:, :, C_PCPU].any()))
+        return self._pinned[1]
+
     def raw(self, ctx: Context, rows: I64) -> F64:
         cf, hf = ctx.cell_free, ctx.host_free
+        if not self._any_pinned(ctx.table):  # free pinnable CPUs are 0 everywhere: x + 0 == x
+            return hf[:, H_VCPU].take(rows).astype(np.float64)
         free = hf[:, H_VCPU] + cf[:, 0, C_PCPU] + cf[:, 1, C_PCPU]  # contiguous columns
-        return free[rows].astype(np.float64)
+        return free.take(rows).astype(np.float64)
 
 
 class DiskWeigher(HostWeigher):
