@@ -36,7 +36,7 @@ out = Console()
 err = Console(stderr=True)
 
 EXIT_BAD_INPUT = 2
-DEFAULT_POLICIES = "nova,first_fit,best_fit,worst_fit,berth"
+DEFAULT_POLICIES = "nova,first_fit,best_fit,worst_fit,berth-placement,berth"
 DEFAULT_FLEETS = {"azure": "560xazure-1", "synthetic": DEFAULT_SIZING}
 
 
