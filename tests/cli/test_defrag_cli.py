@@ -150,3 +150,51 @@ def test_without_fleet_the_demo_fleet_is_planned() -> None:
     assert len(plan.moves) == 3
     assert plan.after.capacity["c3.8xlarge.flex"] > plan.before.capacity["c3.8xlarge.flex"]
     check_plan(HostTable.from_fleet(load_fleet(demo_fleet_path())), plan)
+
+
+def admit_args(path: Path, *extra: str) -> list[str]:
+    return ["defrag", "admit", "--fleet", str(path), *extra]
+
+
+def test_admit_shows_the_migration_that_makes_room(fragmented: Path) -> None:
+    result = runner.invoke(app, admit_args(fragmented, "--flavor", "large", "--json"))
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["fits_on"] == []
+    admission = data["admission"]
+    # b misses one CPU: its tiny VM moves where it fits tightest (c has 4 CPUs left, a 6)
+    assert admission["host"] == "b"
+    assert [(m["instance_id"], m["source"], m["target"]) for m in admission["moves"]] == [
+        ("t1", "b", "c")
+    ]
+    text = runner.invoke(app, admit_args(fragmented, "--flavor", "large"))
+    assert text.exit_code == 0, text.output
+    assert "then large fits on b" in text.output
+
+
+def test_admit_when_it_fits_already_or_cannot(fragmented: Path, tmp_path: Path) -> None:
+    result = runner.invoke(app, admit_args(fragmented, "--flavor", "small"))
+    assert result.exit_code == 0, result.output
+    assert "fits without migrations on 3 host(s)" in result.output
+    path = tmp_path / "full.yaml"
+    hosts = [host(h, vcpus=8, mem=8192) for h in ("a", "b")]
+    flavors = [flavor("small", vcpus=2, mem=2048), flavor("large", vcpus=8, mem=8192)]
+    instances = [instance("s1", "a", "small"), instance("l1", "b", "large")]
+    dump_fleet(fleet(hosts, flavors, instances).model_copy(update={"now": NOW}), path)
+    result = runner.invoke(app, admit_args(path, "--flavor", "large", "--json"))
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["admission"] is None
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--flavor", "huge"], "--flavor: unknown flavor 'huge'"),
+        (["--flavor", "large", "--migrations", "9"], "--migrations"),
+        (["--flavor", "large", "--profile", "tetris"], "--profile: unknown profile"),
+    ],
+)
+def test_admit_bad_input_names_the_option(fragmented: Path, extra: list[str], message: str) -> None:
+    result = runner.invoke(app, admit_args(fragmented, *extra))
+    assert result.exit_code == 2
+    assert message in result.output

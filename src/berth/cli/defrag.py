@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -21,12 +22,15 @@ from rich.console import Console
 from rich.table import Table
 
 from berth.core.config import PROFILES, profile
-from berth.core.defrag import Budget, Objective, Plan, Target, plan_defrag
+from berth.core.defrag import Budget, Move, Objective, Plan, Target, plan_defrag
+from berth.core.defrag.admit import fitting, plan_admission
 from berth.core.engine import FilterScheduler
 from berth.core.errors import BerthError
+from berth.core.request import RequestSpec
 from berth.core.table import HostTable
 from berth.fleet.demo import demo_fleet_path
 from berth.fleet.io import describe_validation_error, load_fleet
+from berth.sim.policies import MAX_ADMISSION
 
 out = Console()
 err = Console(stderr=True)
@@ -87,10 +91,14 @@ def _print_moves(plan: Plan, table: HostTable) -> None:
     if not plan.moves:
         out.print("no migration improves the target within the budget", highlight=False)
         return
-    moves = Table(title=f"{len(plan.moves)} live migrations in {plan.moves[-1].wave + 1} waves")
+    _moves_table(plan.moves, table)
+
+
+def _moves_table(planned: Sequence[Move], table: HostTable) -> None:
+    moves = Table(title=f"{len(planned)} live migrations in {planned[-1].wave + 1} waves")
     for column in ("step", "wave", "instance", "flavor", "from", "to", "cells"):
         moves.add_column(column, justify="right" if column in ("step", "wave") else "left")
-    for m in plan.moves:
+    for m in planned:
         d = table.demand(m.flavor)
         cells = d.cells_used(np.array(m.cell_use, dtype=np.int64))
         where = ", ".join(f"{c}: {v} CPU {mb} MB" for c, v, mb in cells) or "-"
@@ -231,3 +239,95 @@ def register(app: typer.Typer) -> None:
         _print_moves(result, table)
         _print_figures(result, exact_info)
         out.print(f"planned in {elapsed * 1000:.0f} ms", highlight=False)
+
+    @defrag_app.command("admit")
+    def admit(
+        flavor: Annotated[str, typer.Option("--flavor", help="The flavor of the request.")],
+        fleet: Annotated[
+            Path | None,
+            typer.Option(
+                "--fleet", "-f", help="Fleet snapshot (YAML/JSON). Default: the demo fleet."
+            ),
+        ] = None,
+        migrations: Annotated[
+            int,
+            typer.Option(
+                "--migrations",
+                min=1,
+                max=MAX_ADMISSION,
+                help="Most live migrations to make room (the simulator's Berth default: 1).",
+            ),
+        ] = 1,
+        max_hosts: Annotated[
+            int, typer.Option("--max-hosts", min=1, help="Closest hosts to try.")
+        ] = 8,
+        zone: Annotated[
+            str | None, typer.Option("--zone", help="Availability zone of the request.")
+        ] = None,
+        keep_trait: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--keep-trait",
+                help="A trait migrations may neither gain nor lose, e.g. a pool's (repeat).",
+            ),
+        ] = None,
+        profile_name: Annotated[
+            str, typer.Option("--profile", "-p", help=f"Scheduler profile: {', '.join(PROFILES)}.")
+        ] = "berth",
+        now: Annotated[
+            float | None,
+            typer.Option(help="Reference time for heartbeats (epoch s). Default: fleet's `now`."),
+        ] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    ) -> None:
+        """Which live migrations would let one instance of FLAVOR fit (docs/simulator.md,
+        "Admission by migration"); nothing is changed."""
+        try:
+            snapshot = load_fleet(fleet if fleet is not None else demo_fleet_path())
+            table = HostTable.from_fleet(snapshot)
+            scheduler = FilterScheduler.from_config(profile(profile_name))
+        except BerthError as exc:
+            _fail(str(exc).replace("unknown profile", "--profile: unknown profile"))
+        if flavor not in table.flavors:
+            _fail(f"--flavor: unknown flavor {flavor!r}")
+        when = now if now is not None else snapshot.now if snapshot.now is not None else time.time()
+        request = RequestSpec(flavor=flavor, availability_zone=zone)
+        try:
+            hosts = [
+                table.names[r] for r in np.flatnonzero(fitting(table, request, scheduler, when))
+            ]
+        except BerthError as exc:
+            _fail(str(exc))
+        found = None
+        if not hosts:
+            found = plan_admission(
+                table,
+                request,
+                scheduler=scheduler,
+                now=when,
+                max_migrations=migrations,
+                max_hosts=max_hosts,
+                keep_traits=keep_trait or (),
+            )
+        if as_json:
+            payload: dict[str, Any] = {"flavor": flavor, "fits_on": hosts, "admission": None}
+            if found is not None:
+                payload["admission"] = {
+                    "host": found.host,
+                    "moves": [m.model_dump(mode="json") for m in found.moves],
+                }
+            sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+            return
+        if hosts:
+            out.print(
+                f"{flavor} fits without migrations on {len(hosts)} host(s), e.g. {hosts[0]}",
+                highlight=False,
+            )
+        elif found is None:
+            out.print(
+                f"{flavor} fits nowhere, and no {migrations} migration(s) make room for it",
+                highlight=False,
+            )
+        else:
+            _moves_table(found.moves, table)
+            out.print(f"then {flavor} fits on {found.host}", highlight=False)

@@ -93,6 +93,15 @@ def plan_admission(
     return None
 
 
+def fitting(table: HostTable, request: RequestSpec, scheduler: FilterScheduler, now: float) -> Mask:
+    """Hosts that pass every one of the scheduler's filters for `request` now."""
+    ctx = Context(table, request, table.demand(request.flavor), now)
+    mask = table.enabled.copy()
+    for flt in scheduler.filters:
+        mask &= flt.mask(ctx)
+    return mask
+
+
 def _need(table: HostTable, flavor: str) -> tuple[I64, I64]:
     """What one instance of `flavor` takes: both cells' columns together, and host columns."""
     d = table.demand(flavor)
