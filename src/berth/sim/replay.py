@@ -447,17 +447,15 @@ class Simulation:
         migrations = np.zeros(self.n_windows, dtype=np.int64)
         admit_limit = policy.admission_migrations
         # a common warm-up policy places the initial VMs its own way, migrations included
-        warm_limit = opts.warmup.admission_migrations if opts.warmup is not None else admit_limit
-        limit = warm_limit if scheduler is warm else admit_limit
+        limit = admit_limit
+        if scheduler is warm and opts.warmup is not None:
+            limit = opts.warmup.admission_migrations
         admit_tries = admit_ns = 0
         admitted = np.zeros(self.n_windows, dtype=np.int64)
         admit_moves = np.zeros(self.n_windows, dtype=np.int64)
+        # host -> instances: built at the first admission search and kept from then on (a
+        # fleet that never needs one never pays for it)
         hosted: dict[str, set[str]] | None = None
-        if admit_limit or warm_limit:
-            hosted = {}
-            for alloc in table.allocations.values():
-                hosted.setdefault(alloc.host, set()).add(alloc.instance_id)
-            state.hosted = hosted
         schedule = [(a, ws + a.interval) for a in actions]
         probe_at = {p.event: p for p in self.probes}
         held: list[tuple[Probe, dict[str, int], int]] = []
@@ -536,6 +534,10 @@ class Simulation:
                     admission = None
                     if limit and could_fit[key[0]]:  # before any eviction
                         t2 = clock()
+                        if hosted is None:
+                            hosted = state.hosted = {}
+                            for alloc in table.allocations.values():
+                                hosted.setdefault(alloc.host, set()).add(alloc.instance_id)
                         admission = plan_admission(
                             table,
                             tmpl,
