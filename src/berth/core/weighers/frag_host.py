@@ -12,24 +12,28 @@ host columns alone and is a few integer divisions::
 so far and every host, and after each change of the table recomputes the changed hosts for all
 those flavors in one vectorised pass over (hosts, flavors, references, columns). A decision then
 reads its flavor's row: no cache that lags behind the table by tens of hosts, whatever the mix of
-flavors in the trace. The values are the general path's bit for bit: the same integer counts and
+flavors in the trace. Hosts often come back to a free state some host had before (about two
+changes in three on the Azure sample), so a few changed hosts are first looked up by state. The values are the general path's bit for bit: the same integer counts and
 the float32 sum accumulated in the same order (`tests/core/test_frag_host.py`).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from berth.core.demand import Demand
 from berth.core.flavors import NumaMode
-from berth.core.numa import BIG
 from berth.core.resources import H_VCPU
 from berth.core.table import INT32_MAX_INT, HostTable
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 
+MEMO_ROWS = 8
+"""Up to this many changed hosts, costs are looked up by free state before any is computed."""
 CHUNK = 2048
 """Hosts per vectorised pass when many changed (bounded temporaries)."""
 MAX_VALUES = 1 << 22
@@ -60,18 +64,36 @@ class HostOnlyCosts:
     def __init__(self, table: HostTable, refs: list[Demand]) -> None:
         needed = np.stack([d.host for d in refs])  # (F, host columns)
         self.cols = np.flatnonzero(needed.any(axis=0))
-        need = needed[:, self.cols].T  # (C, F)
-        self.div = np.maximum(need, 1)[:, :, None, None]  # (C, F, 1, 1)
-        self.unused = None if need.all() else (need == 0)[:, :, None, None]
-        self.vcpus = np.array([d.spec.vcpus for d in refs], dtype=np.int64)
+        self.need = needed[:, self.cols].T  # (C, F): 0 where a reference does not count
+        self.vcpus = np.array([d.spec.vcpus for d in refs], dtype=np.float64)
         # every partial sum of the float32 cost is an integer of at most F x the largest vCPU
         # capacity (vcpus_f x cap_f <= free vCPUs); below 2**24 float32 holds them exactly, so
         # the sum in integers, then cast, equals the reference-by-reference float32 sum
         self.exact = len(refs) * int(table.host_cap[:, H_VCPU].max()) < 1 << 24
         self.flavors: dict[str, int] = {}
         self.use = np.zeros((self.cols.size, 1), dtype=np.int64)  # column 0: nothing placed
-        self.neg = np.zeros((0, len(table)), dtype=np.float64)
+        self.plan = self._plan(self.use)
+        self.memo: dict[tuple[int, ...], F64] = {}
+        """-cost of every flavor by free host columns: hosts often return to a state."""
+        self.memo_limit = 0
+        self.neg = np.zeros((len(table), 0), dtype=np.float64)  # (hosts, flavors)
         self.seen = table.version
+
+    def _plan(self, use: I64) -> Plan:
+        """The flat (column, reference, placed) layout of one pass (see `_costs`)."""
+        c, f = self.need.shape
+        shape = (c, f, use.shape[1])
+        return Plan(
+            shape=shape,
+            columns=np.repeat(self.cols, f * use.shape[1]),
+            use=np.broadcast_to(use[:, None, :], shape).ravel(),
+            div=np.broadcast_to(np.maximum(self.need, 1)[:, :, None], shape)
+            .astype(np.float64)
+            .ravel(),
+            unused=None
+            if self.need.all()
+            else np.broadcast_to((self.need == 0)[:, :, None], shape).ravel(),
+        )
 
     @classmethod
     def build(cls, table: HostTable, refs: list[Demand]) -> HostOnlyCosts | None:
@@ -88,50 +110,92 @@ class HostOnlyCosts:
         name = d.spec.name
         i = self.flavors.get(name)
         if i is None:
-            if not host_only(d) or (self.neg.shape[0] + 1) * self.neg.shape[1] > MAX_VALUES:
+            if not host_only(d) or self.neg.shape[0] * (self.neg.shape[1] + 1) > MAX_VALUES:
                 return None
             use = d.host[self.cols][:, None]
-            column = self._costs(table, np.arange(len(table)), np.hstack([self.use[:, :1], use]))
-            i = self.flavors[name] = self.neg.shape[0]
+            alone = self._plan(np.hstack([self.use[:, :1], use]))
+            column = self._costs(table, np.arange(len(table)), alone)
+            i = self.flavors[name] = self.neg.shape[1]
             self.use = np.hstack([self.use, use])
-            self.neg = np.vstack([self.neg, column.T])
-        return self.neg[i]
+            self.plan = self._plan(self.use)
+            self.memo = {}  # its rows lack the new flavor
+            self.memo_limit = MAX_VALUES // (i + 1)
+            self.neg = np.hstack([self.neg, column])
+        return self.neg[:, i]
 
     def _update(self, table: HostTable) -> None:
         if self.seen == table.version:
             return
         rows = table.changed_since(self.seen)
         self.seen = table.version
-        if rows.size and self.flavors:
-            self.neg[:, rows] = self._costs(table, rows, self.use).T
+        if not rows.size or not self.flavors:
+            return
+        if rows.size > MEMO_ROWS:
+            self.neg[rows] = self._costs(table, rows, self.plan)
+            return
+        # a few hosts: many reach a free state some host had before; reuse its costs
+        free, memo, neg = table.host_free, self.memo, self.neg
+        missed: list[tuple[int, tuple[int, ...]]] = []
+        for row in rows.tolist():
+            key = tuple(free[row].tolist())
+            known = memo.get(key)
+            if known is None:
+                missed.append((row, key))
+            else:
+                neg[row] = known
+        if missed:
+            if len(memo) + len(missed) > self.memo_limit:
+                memo.clear()
+            fresh = self._costs(table, np.array([r for r, _ in missed]), self.plan)
+            for (row, key), values in zip(missed, fresh, strict=True):
+                neg[row] = memo[key] = values
 
-    def _costs(self, table: HostTable, rows: I64, use: I64) -> F64:
-        """``-cost`` on `rows` (r,) for the placed uses ``use[:, 1:]``: shape (r, flavors).
+    def _costs(self, table: HostTable, rows: I64, plan: Plan) -> F64:
+        """``-cost`` on `rows` (r,) for the plan's placed flavors: shape (r, flavors).
 
-        Arrays are laid out (column, reference, host, flavor): the flavor axis, the longest,
-        innermost, so every numpy pass runs over contiguous memory.
+        One flat pass per step over (host, column, reference, placed flavor), the placed
+        flavor innermost (index 0: nothing placed, the counts before): few numpy calls, each
+        over contiguous memory.
         """
-        n_refs = self.div.shape[1]
-        out = np.empty((rows.size, use.shape[1] - 1), dtype=np.float64)
-        free_cols = table.host_free.T[self.cols]  # (C, hosts), contiguous rows
+        n_cols, n_refs, width = plan.shape
+        out = np.empty((rows.size, width - 1), dtype=np.float64)
         for start in range(0, rows.size, CHUNK):
             part = rows[start : start + CHUNK]
-            free = free_cols.take(part, axis=1)  # (C, r)
-            left = free[:, None, :, None] - use[:, None, None, :]  # (C, 1, r, 1 + G)
-            fit = left // self.div  # (C, F, r, 1 + G)
-            if self.unused is not None:
-                fit = np.where(self.unused, BIG, fit)
-            counts = fit.min(axis=0) if fit.shape[0] > 2 else np.minimum(fit[0], fit[-1])
-            np.maximum(counts, 0, out=counts)  # numa.host_limit: (F, r, 1 + G)
-            kept = counts[:, :, 1:] - counts[:, :, :1]  # (F, r, G): after - before, <= 0
-            if self.exact:  # -cost in integers (see __init__); float64(-c) == -float32(c)
-                out[start : start + CHUNK] = (self.vcpus @ kept.reshape(n_refs, -1)).reshape(
-                    part.size, -1
-                )
+            left = table.host_free[part].take(plan.columns, axis=1)  # (r, C * F * (1 + G))
+            left -= plan.use
+            # floor of the float64 quotient == integer floor division: |left| < 2**53 and the
+            # divisor >= 1, so the rounding error stays below the gap to the next integer
+            fit = np.divide(left, plan.div)
+            np.floor(fit, out=fit)
+            if plan.unused is not None:
+                fit[:, plan.unused] = np.inf  # numa.host_limit skips the column
+            fit = fit.reshape(part.size, n_cols, n_refs, width)
+            if n_cols == 1:
+                counts = fit[:, 0]
+            elif n_cols == 2:
+                counts = np.minimum(fit[:, 0], fit[:, 1])
+            else:
+                counts = fit.min(axis=1)
+            np.maximum(counts, 0.0, out=counts)  # numa.host_limit: (r, F, 1 + G), integers
+            if self.exact:  # -cost, exact in float64 (see __init__); float64(-c) == -float32(c)
+                kept = np.matmul(self.vcpus, counts)  # (r, 1 + G): sum_f vcpus_f x count_f
+                np.subtract(kept[:, 1:], kept[:, :1], out=out[start : start + CHUNK])
                 continue
-            lost = kept * -self.vcpus[:, None, None]
-            cost = np.zeros(lost.shape[1:], dtype=np.float32)
+            lost = (counts[:, :, :1] - counts[:, :, 1:]) * self.vcpus[:, None]
+            cost = np.zeros((part.size, width - 1), dtype=np.float32)
             for j in range(n_refs):  # float32(float64(cost) + lost), as the general path
-                np.add(cost, lost[j], out=cost, casting="unsafe")
+                np.add(cost, lost[:, j], out=cost, casting="unsafe")
             np.negative(cost, out=out[start : start + CHUNK], dtype=np.float64)
         return out
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One pass of `HostOnlyCosts._costs`, flattened: for each (column, reference, placed
+    flavor) the host column read, the amount placed, the divisor, and whether it counts."""
+
+    shape: tuple[int, int, int]
+    columns: I64
+    use: I64
+    div: F64
+    unused: npt.NDArray[np.bool_] | None
