@@ -12,13 +12,15 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from berth.core import numa
+from berth.core import numa, numa_rows
 from berth.core.defrag.model import Figures, Objective, Target
+from berth.core.demand import Demand
 from berth.core.engine import FilterScheduler
 from berth.core.errors import SpecError
 from berth.core.filters.num_instances import NumInstancesFilter
 from berth.core.flavors import NumaMode
 from berth.core.fragmentation import eligible_hosts, fragmentation_rate
+from berth.core.numa_rows import BIG
 from berth.core.resources import CELL_BASE
 from berth.core.table import HostTable
 
@@ -71,6 +73,15 @@ class HostValue:
         ]
         self.limit = instance_limit(scheduler)
         self.demands = [table.demand(f) for f in self.flavors]
+        self._drain_list: list[bool] = self.drain.tolist()
+        self._terms = [
+            (d.rows, weight, eligible.tolist())
+            for d, weight, eligible in zip(self.demands, self.weights, self.eligible, strict=True)
+        ]
+        self._progress = [_progress_terms(d) for d in self.demands]
+        self.cell_dependent = any(d.mode != NumaMode.NONE or d.pci.any() for d in self.demands)
+        """Whether values (and `progress`) read the cell columns at all; the EMPTY_HOSTS value
+        and floating flavors without PCI devices read only host columns and instance counts."""
 
     def of(self, rows: I64, cell_free: I64, host_free: I64, n_instances: I64) -> F64:
         """Values of `rows` if they had these free columns and instance counts."""
@@ -82,6 +93,52 @@ class HostValue:
             if self.limit is not None:
                 counts = np.minimum(counts, self.limit - n_instances)
             out += weight * np.where(eligible[rows], np.maximum(counts, 0), 0)
+        return out
+
+    def one(
+        self, row: int, cell_free: numa_rows.Cells, host_free: list[int], n_instances: int
+    ) -> float:
+        """`of` for one host, in plain Python numbers (cells as `numa_rows` takes them).
+
+        Why: the planner values many hypothetical states of a single host (`removal_order`),
+        where numpy's per-call overhead dominates. Same operations in the same order on IEEE
+        doubles, so the result equals `of` bit for bit (tests/core/test_defrag_rows.py).
+        """
+        if self.objective is Objective.EMPTY_HOSTS:
+            return 1.0 if n_instances == 0 and not self._drain_list[row] else 0.0
+        out = 0.0
+        limit = self.limit
+        for rd, weight, eligible in self._terms:
+            if not eligible[row]:
+                continue  # an ineligible host adds 0.0
+            c = BIG  # numa_rows.count, inlined: host columns, host-level PCI, then the cells
+            for col, v in rd.host:
+                q = host_free[col] // v
+                if q < c:
+                    c = q
+            for col, v in rd.pci:
+                q = (cell_free[0][col] + cell_free[1][col]) // v
+                if q < c:
+                    c = q
+            if rd.mode != NumaMode.NONE:
+                q = numa_rows.cell_count(rd, cell_free)
+                if q < c:
+                    c = q
+            if limit is not None and limit - n_instances < c:
+                c = limit - n_instances
+            out += weight * (c if c > 0 else 0)
+        return out
+
+    def progress_one(self, cell_free: numa_rows.Cells, host_free: list[int]) -> float:
+        """`progress` for one host, in plain Python numbers (equal bit for bit)."""
+        out = 0.0
+        for (mode, cols), weight in zip(self._progress, self.weights, strict=True):
+            if mode == NumaMode.NONE:
+                frac = min(host_free[c] / need for c, need in cols)
+            else:
+                per_cell = [min(cells[c] / need for c, need in cols) for cells in cell_free]
+                frac = max(per_cell) if mode == NumaMode.SINGLE else min(per_cell)
+            out += weight * frac
         return out
 
     def progress(self, cell_free: I64, host_free: I64) -> F64:
@@ -111,6 +168,15 @@ class HostValue:
 
     def total(self, table: HostTable) -> float:
         return float(self.rows(table, np.arange(len(table))).sum())
+
+
+def _progress_terms(d: Demand) -> tuple[NumaMode, list[tuple[int, float]]]:
+    """`HostValue.progress`'s divisors for one flavor: (mode, [(column, need)])."""
+    if d.mode == NumaMode.NONE:
+        need = d.host.astype(np.float64)
+    else:
+        need = d.total[:CELL_BASE].astype(np.float64) / (1 if d.mode == NumaMode.SINGLE else 2)
+    return d.mode, [(int(c), float(need[c])) for c in np.flatnonzero(need)]
 
 
 def measure(table: HostTable, target: Target, *, scheduler: FilterScheduler, now: float) -> Figures:

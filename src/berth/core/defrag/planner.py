@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from berth.core import numa
+from berth.core import numa, numa_rows
 from berth.core.defrag.execute import apply_moves, check_plan
 from berth.core.defrag.journal import Journal
 from berth.core.defrag.model import Budget, Move, Objective, Plan, Target
@@ -44,6 +44,9 @@ PATIENCE = 8
 """`removal_order` stops after this many removals without a better gain per migration."""
 PREFIX = 4
 """`estimates` also values removing a host's (or a cell's) 1..PREFIX largest instances."""
+SMALL_ROWS = 16
+"""Up to this many changed hosts, the cached per-host arrays are recomputed in plain Python
+(`HostValue.one`, `numa_rows`): numpy's per-call overhead dominates on a few rows."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,17 @@ class _Planner:
         d = work.demand(flavor)
 
         def compute(rows: I64 | None) -> F64:
+            if rows is not None and rows.size <= SMALL_ROWS:
+                rd = d.rows
+                out = []
+                for r in rows.tolist():
+                    cf, hf = work.cell_free[r].tolist(), work.host_free[r].tolist()
+                    k = int(work.n_instances[r])
+                    cu = numa_rows.place(rd, cf)
+                    after_cf = [numa_rows.minus(f, u) for f, u in zip(cf, cu, strict=True)]
+                    after_hf = numa_rows.minus(hf, rd.host_use)
+                    out.append(value.one(r, cf, hf, k) - value.one(r, after_cf, after_hf, k + 1))
+                return np.array(out, dtype=np.float64)
             rr = np.arange(len(work)) if rows is None else rows
             cell_free, host_free = work.free_rows(rows)
             cell_use, host_use = numa.place(d, cell_free, host_free)
@@ -122,6 +136,19 @@ class _Planner:
         work, value = self.work, self.value
 
         def compute(rows: I64 | None) -> F64:
+            if rows is not None and rows.size <= SMALL_ROWS:
+                return np.array(
+                    [
+                        value.one(
+                            r,
+                            work.cell_free[r].tolist(),
+                            work.host_free[r].tolist(),
+                            int(work.n_instances[r]),
+                        )
+                        for r in rows.tolist()
+                    ],
+                    dtype=np.float64,
+                )
             rr = np.arange(len(work)) if rows is None else rows
             return value.rows(work, rr)
 
@@ -356,7 +383,11 @@ class _Planner:
     def removal_order(self, row: int) -> tuple[list[str], F64]:
         """Greedy: remove, one at a time, the instance whose removal helps most (larger first on
         ties); the order and the objective gained by each prefix. Stops `PATIENCE` removals past
-        the best gain per migration, or at the per-host budget."""
+        the best gain per migration, or at the per-host budget.
+
+        One host's hypothetical states, valued in plain Python numbers (`HostValue.one`, equal
+        to the vectorised `HostValue.of`); instances with the same footprint share one value.
+        """
         work, value = self.work, self.value
         ids = sorted(
             self.movable.get(row, []),
@@ -366,10 +397,20 @@ class _Planner:
         limit = min(len(ids), int(self.per_host - self.touches[row]))
         if limit <= 0:
             return [], np.zeros(0)
-        cell_use = np.stack([work.allocations[i].cell_use for i in ids])
-        host_use = np.stack([work.allocations[i].host_use for i in ids])
-        cell_free = work.cell_free[row].copy()
-        host_free = work.host_free[row].copy()
+        allocs = [work.allocations[i] for i in ids]
+        uses: list[tuple[list[list[int]], list[int]]] = [
+            (a.cell_use.tolist(), a.host_use.tolist()) for a in allocs
+        ]
+        cells = value.cell_dependent  # else the cell columns need not be kept
+        shape: dict[tuple[tuple[int, ...], ...], int] = {}
+        kind = [  # instances of one footprint (what the value reads of it) share their values
+            shape.setdefault(
+                (*(tuple(c) for c in cu), tuple(hu)) if cells else (tuple(hu),), len(shape)
+            )
+            for cu, hu in uses
+        ]
+        cell_free: list[list[int]] = work.cell_free[row].tolist()
+        host_free: list[int] = work.host_free[row].tolist()
         n_inst = int(work.n_instances[row])
         v0 = float(self.current()[row])
         remaining = list(range(len(ids)))
@@ -377,25 +418,38 @@ class _Planner:
         gains: list[float] = []
         best_ratio, best_j = 0.0, 0
         for j in range(1, limit + 1):
-            cand = np.array(remaining, dtype=np.int64)
-            vals = value.of(
-                np.full(cand.size, row, dtype=np.int64),
-                cell_free[None] + cell_use[cand],
-                host_free[None] + host_use[cand],
-                np.full(cand.size, n_inst - j, dtype=np.int64),
-            )
-            best = np.flatnonzero(vals >= vals.max() - _EPS)
-            if best.size > 1:  # no removal gains more than another: the one closest to a slot
-                closer = value.progress(
-                    cell_free[None] + cell_use[cand[best]], host_free[None] + host_use[cand[best]]
-                )
-                best = best[closer >= closer.max() - _EPS]
-            pick = int(best[0])
-            chosen.append(int(cand[pick]))
-            remaining.remove(int(cand[pick]))
-            cell_free += cell_use[cand[pick]]
-            host_free += host_use[cand[pick]]
-            gains.append(float(vals[pick]) - v0)
+            states: dict[int, tuple[float, list[list[int]], list[int]]] = {}
+            vals: list[float] = []
+            for c in remaining:
+                seen = states.get(kind[c])
+                if seen is None:
+                    cu, hu = uses[c]
+                    cf = (
+                        cell_free
+                        if not cells
+                        else [
+                            [f + u for f, u in zip(fc, uc, strict=True)]
+                            for fc, uc in zip(cell_free, cu, strict=True)
+                        ]
+                    )
+                    hf = [f + u for f, u in zip(host_free, hu, strict=True)]
+                    seen = states[kind[c]] = (value.one(row, cf, hf, n_inst - j), cf, hf)
+                vals.append(seen[0])
+            top = max(vals) - _EPS
+            best = [i for i, v in enumerate(vals) if v >= top]
+            if len(best) > 1:  # no removal gains more than another: the one closest to a slot
+                closer: dict[int, float] = {}
+                for i in best:
+                    k = kind[remaining[i]]
+                    if k not in closer:
+                        _, cf, hf = states[k]
+                        closer[k] = value.progress_one(cf, hf)
+                near = max(closer.values()) - _EPS
+                best = [i for i in best if closer[kind[remaining[i]]] >= near]
+            pick = remaining.pop(best[0])
+            chosen.append(pick)
+            gain, cell_free, host_free = states[kind[pick]]
+            gains.append(gain - v0)
             if gains[-1] > _EPS and gains[-1] / j > best_ratio + _EPS:
                 best_ratio, best_j = gains[-1] / j, j
             elif j - best_j >= PATIENCE:
