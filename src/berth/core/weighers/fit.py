@@ -59,14 +59,19 @@ class LeftoverWeigher(HostWeigher):
 
     def __init__(self, params: BaseModel | None = None) -> None:
         super().__init__(params)
-        self._caps: tuple[I64, I64, I64] | None = None
+        self._caps: tuple[I64, F64, F64] | None = None
 
-    def _host_caps(self, table: HostTable) -> tuple[I64, I64]:
+    def _host_caps(self, table: HostTable) -> tuple[F64, F64]:
         """max(cap, 1) of the host vCPU and memory columns, kept while the table's capacity
-        array is the same object (claims never change it; adding hosts replaces it)."""
+        array is the same object (claims never change it; adding hosts replaces it). As
+        float64: an integer division casts both sides anyway, so the quotients are the same."""
         if self._caps is None or self._caps[0] is not table.host_cap:
             cap = table.host_cap
-            self._caps = (cap, np.maximum(cap[:, H_VCPU], 1), np.maximum(cap[:, H_MEM], 1))
+            self._caps = (
+                cap,
+                np.maximum(cap[:, H_VCPU], 1).astype(np.float64),
+                np.maximum(cap[:, H_MEM], 1).astype(np.float64),
+            )
         return self._caps[1], self._caps[2]
 
     def raw(self, ctx: Context, rows: I64) -> F64:
