@@ -150,3 +150,7 @@ def test_changed_since_equals_a_scan_of_touched(
                 got = table.changed_since(seen)
                 assert got.dtype == expected.dtype
                 assert np.array_equal(got, expected), seen
+                recent = table.recent_changes(seen)  # the log itself, repeats included
+                if recent is not None:
+                    assert sorted(set(recent)) == expected.tolist(), seen
+                    assert len(recent) == table.version - seen

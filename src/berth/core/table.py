@@ -451,6 +451,14 @@ class HostTable:
             return np.array(sorted(set(recent)), dtype=np.int64)
         return np.flatnonzero(self.touched > seen)
 
+    def recent_changes(self, seen: int) -> list[int] | None:
+        """The rows changed after version `seen` as the touch log has them (in order, a row
+        once per change), or None when the log does not reach back that far: a cheaper
+        `changed_since` for callers that tolerate repeats."""
+        if self.version - seen <= LOG_READ and seen >= self._log_base:
+            return self._log[seen - self._log_base :]
+        return None
+
     def _touch(self, row: int) -> None:
         self.version += 1
         self.touched[row] = self.version

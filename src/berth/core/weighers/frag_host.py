@@ -1,7 +1,7 @@
 """The fragmentation weigher's cost for floating flavors, every flavor at once, kept current.
 
 When the placed flavor and the reference flavors all use host columns alone (no NUMA topology,
-no PCI device, no pinned CPU, no huge page: ``host-only``), a host's cost depends on its free
+no PCI device, no pinned CPU, no huge page: "host-only"), a host's cost depends on its free
 host columns alone and is a few integer divisions::
 
     cap_f(h)  = max(0, min_c free_c(h) // need_fc)              over the columns f needs
@@ -9,12 +9,15 @@ host columns alone and is a few integer divisions::
     cost_g(h) = sum_f vcpus_f * (cap_f(h) - cap'_f(h))          (float32, reference by reference)
 
 `HostOnlyCosts` keeps ``-cost_g(h)`` (float64, the weigher's raw value) for every flavor g placed
-so far and every host, and after each change of the table recomputes the changed hosts for all
-those flavors in one vectorised pass over (hosts, flavors, references, columns). A decision then
-reads its flavor's row: no cache that lags behind the table by tens of hosts, whatever the mix of
-flavors in the trace. Hosts often come back to a free state some host had before (about two
-changes in three on the Azure sample), so a few changed hosts are first looked up by state. The values are the general path's bit for bit: the same integer counts and
-the float32 sum accumulated in the same order (`tests/core/test_frag_host.py`).
+so far and every host. After each change of the table it recomputes the changed hosts for all
+those flavors in one vectorised pass, so a decision reads its flavor's column: no per-flavor
+cache lagging behind the table by tens of hosts, whatever the trace's mix of flavors. Hosts
+often come back to a free state some host had before (two changes in three on the Azure
+sample), so a few changed hosts are first looked up by state (a memo of every flavor's costs).
+
+The values are the general path's bit for bit (`tests/core/test_frag_host.py`): the same integer
+counts, and a float32 sum that is exact (hence equal to the integer sum) while F x the largest
+vCPU capacity stays below 2**24; beyond, it is accumulated reference by reference as there.
 """
 
 from __future__ import annotations
@@ -126,17 +129,18 @@ class HostOnlyCosts:
     def _update(self, table: HostTable) -> None:
         if self.seen == table.version:
             return
-        rows = table.changed_since(self.seen)
-        self.seen = table.version
-        if not rows.size or not self.flavors:
+        recent = table.recent_changes(self.seen)
+        seen, self.seen = self.seen, table.version
+        if not self.flavors:
             return
-        if rows.size > MEMO_ROWS:
+        if recent is None or len(recent) > MEMO_ROWS:
+            rows = table.changed_since(seen)
             self.neg[rows] = self._costs(table, rows, self.plan)
             return
         # a few hosts: many reach a free state some host had before; reuse its costs
         free, memo, neg = table.host_free, self.memo, self.neg
         missed: list[tuple[int, tuple[int, ...]]] = []
-        for row in rows.tolist():
+        for row in dict.fromkeys(recent):  # each changed row once
             key = tuple(free[row].tolist())
             known = memo.get(key)
             if known is None:
