@@ -75,9 +75,17 @@ class HostValue:
         self.demands = [table.demand(f) for f in self.flavors]
         self._drain_list: list[bool] = self.drain.tolist()
         self._terms = [
-            (d.rows, weight, eligible.tolist())
+            (
+                weight,
+                eligible.tolist(),
+                d.rows.host,
+                d.rows.pci,
+                d.rows if d.mode != NumaMode.NONE else None,
+            )
             for d, weight, eligible in zip(self.demands, self.weights, self.eligible, strict=True)
         ]
+        """Per flavor, what `one` reads: weight, eligible hosts, host columns, host-level PCI,
+        and the `RowDemand` when the cells count (NUMA modes other than NONE)."""
         self._progress = [_progress_terms(d) for d in self.demands]
         self.cell_dependent = any(d.mode != NumaMode.NONE or d.pci.any() for d in self.demands)
         """Whether values (and `progress`) read the cell columns at all; the EMPTY_HOSTS value
@@ -108,25 +116,26 @@ class HostValue:
             return 1.0 if n_instances == 0 and not self._drain_list[row] else 0.0
         out = 0.0
         limit = self.limit
-        for rd, weight, eligible in self._terms:
+        for weight, eligible, host_cols, pci_cols, rd in self._terms:
             if not eligible[row]:
                 continue  # an ineligible host adds 0.0
             c = BIG  # numa_rows.count, inlined: host columns, host-level PCI, then the cells
-            for col, v in rd.host:
+            for col, v in host_cols:
                 q = host_free[col] // v
                 if q < c:
                     c = q
-            for col, v in rd.pci:
+            for col, v in pci_cols:
                 q = (cell_free[0][col] + cell_free[1][col]) // v
                 if q < c:
                     c = q
-            if rd.mode != NumaMode.NONE:
+            if rd is not None:
                 q = numa_rows.cell_count(rd, cell_free)
                 if q < c:
                     c = q
             if limit is not None and limit - n_instances < c:
                 c = limit - n_instances
-            out += weight * (c if c > 0 else 0)
+            if c > 0:
+                out += weight * c
         return out
 
     def progress_one(self, cell_free: numa_rows.Cells, host_free: list[int]) -> float:
@@ -134,10 +143,11 @@ class HostValue:
         out = 0.0
         for (mode, cols), weight in zip(self._progress, self.weights, strict=True):
             if mode == NumaMode.NONE:
-                frac = min(host_free[c] / need for c, need in cols)
+                frac = _min_ratio(host_free, cols)
+            elif mode == NumaMode.SINGLE:
+                frac = max(_min_ratio(cell_free[0], cols), _min_ratio(cell_free[1], cols))
             else:
-                per_cell = [min(cells[c] / need for c, need in cols) for cells in cell_free]
-                frac = max(per_cell) if mode == NumaMode.SINGLE else min(per_cell)
+                frac = min(_min_ratio(cell_free[0], cols), _min_ratio(cell_free[1], cols))
             out += weight * frac
         return out
 
@@ -168,6 +178,16 @@ class HostValue:
 
     def total(self, table: HostTable) -> float:
         return float(self.rows(table, np.arange(len(table))).sum())
+
+
+def _min_ratio(free: list[int], cols: list[tuple[int, float]]) -> float:
+    """min over `cols` of free / need (numpy's int64 / float64 is this IEEE division)."""
+    out = free[cols[0][0]] / cols[0][1]
+    for col, need in cols:
+        x = free[col] / need
+        if x < out:
+            out = x
+    return out
 
 
 def _progress_terms(d: Demand) -> tuple[NumaMode, list[tuple[int, float]]]:

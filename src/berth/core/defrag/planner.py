@@ -89,7 +89,9 @@ class _Planner:
         self.is_source = np.zeros(n, dtype=bool)
         self.is_target = np.zeros(n, dtype=bool)
         self.steps: list[_Step] = []
-        self._subsets: dict[int, tuple[tuple[int, int], tuple[list[str], F64]]] = {}
+        self._subsets: dict[tuple[object, ...], tuple[list[str], F64]] = {}
+        """`removal_order` by everything it reads: the host, its movable instances (in order),
+        its free columns, instance count and per-host budget left."""
         self.exclusive = True
         """Donors and receivers apart: sources are never targets and targets never sources
         (the first pass; a second one, with the budget left, mixes them)."""
@@ -363,14 +365,22 @@ class _Planner:
 
     def best_subset(self, row: int, limit: int) -> tuple[list[str], float]:
         """The instances of `row` whose removal gains the most objective per migration, at most
-        `limit` of them (`removal_order`, remembered until the host changes: the lazy greedy
-        asks again for hosts it re-queued)."""
-        key = (int(self.work.touched[row]), len(self.movable.get(row, [])))
-        seen = self._subsets.get(row)
-        if seen is None or seen[0] != key:
-            seen = (key, self.removal_order(row))
-            self._subsets[row] = seen
-        order, gains = seen[1]
+        `limit` of them (`removal_order`, remembered per state of the host: the lazy greedy
+        asks again for hosts it re-queued, and a rolled-back try restores a host's state)."""
+        work = self.work
+        ids = self.movable.get(row, [])
+        key = (
+            row,
+            tuple(ids),
+            work.cell_free[row].tobytes(),
+            work.host_free[row].tobytes(),
+            int(work.n_instances[row]),
+            min(len(ids), int(self.per_host - self.touches[row])),
+        )
+        seen = self._subsets.get(key)
+        if seen is None:
+            seen = self._subsets[key] = self.removal_order(row)
+        order, gains = seen
         k = min(len(order), limit)
         if k == 0:
             return [], 0.0
