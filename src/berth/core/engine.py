@@ -229,37 +229,42 @@ class FilterScheduler:
     def _scores(self, ctx: Context, rows: I64) -> F64:
         """Sum of weight x min-max scaled raw values (`normalise`), weigher by weigher.
 
-        For float64 values the same operations in the same order as ``weight *
-        normalise(values)``, with the extremes read at `argmin`/`argmax` (the same elements
-        `min`/`max` return, NaN included, for a quarter of the cost) and a weigher whose values
-        are all equal skipped (its zeros add nothing).
+        For float64 values the same operations in the same order as ``0 + weight *
+        normalise(values) + ...``, with the extremes read at `argmin`/`argmax` (the same
+        elements `min`/`max` return, NaN included, for a quarter of the cost). Steps that
+        cannot change a value are skipped: a weigher whose values are all equal (its zeros add
+        nothing), a weight of 1 (x * 1 == x), the zeros the first term is added to (0 + x == x;
+        only the sign of a zero may differ, which no comparison sees), and a weight of -1 is a
+        subtraction (s + -x == s - x).
         """
-        if len(self.weighers) == 1:  # 0 + w * x: the same values (and order) without the sum
-            weigher, weight = self.weighers[0]
-            values = weigher.raw(ctx, rows)
-            if values.dtype != np.float64:
-                return weight * normalise(values)
-            lo, hi = values[values.argmin()], values[values.argmax()]
-            if hi <= lo:
-                return np.zeros(rows.size, dtype=np.float64)
-            out = np.subtract(values, lo)
-            np.divide(out, hi - lo, out=out)
-            return np.multiply(out, weight, out=out)
-        scores = np.zeros(rows.size, dtype=np.float64)
-        scratch = np.empty(rows.size, dtype=np.float64)
+        scores: F64 | None = None
         for weigher, weight in self.weighers:
             values = weigher.raw(ctx, rows)
             if values.dtype != np.float64:  # keep the exact arithmetic of other dtypes
-                scores += weight * normalise(values)
+                term = weight * normalise(values)
+                if scores is None:  # as before: alone, the term itself; else a float64 sum
+                    scores = term if len(self.weighers) == 1 else np.zeros(rows.size) + term
+                else:
+                    scores += term
                 continue
             lo, hi = values[values.argmin()], values[values.argmax()]
             if hi <= lo:  # normalise gives zeros, and x + (+-0.0) == x: nothing to add
                 continue
-            # weight * normalise(values), the same operations in the same order, in one buffer
-            np.subtract(values, lo, out=scratch)
-            np.divide(scratch, hi - lo, out=scratch)
-            np.multiply(scratch, weight, out=scratch)
-            scores += scratch
+            scaled = np.subtract(values, lo)  # weight * normalise(values), in one buffer
+            np.divide(scaled, hi - lo, out=scaled)
+            if scores is None:
+                if weight != 1.0:
+                    np.multiply(scaled, weight, out=scaled)
+                scores = scaled
+            elif weight == 1.0:
+                scores += scaled
+            elif weight == -1.0:
+                scores -= scaled
+            else:
+                np.multiply(scaled, weight, out=scaled)
+                scores += scaled
+        if scores is None:
+            return np.zeros(rows.size, dtype=np.float64)
         return scores
 
     def _choose(self, ctx: Context, rows: I64, seed: int, step: int) -> tuple[int, list[int]]:
