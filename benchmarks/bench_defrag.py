@@ -15,20 +15,31 @@ What it does (docs/defrag.md has the planner):
 3. The heuristic's gap to the exact optimum (`berth.defrag.exact`, HiGHS) on small synthetic
    fleets (8, 10 and 12 hosts, several seeds, budgets of 3 % and 10 % of the VMs).
 4. Capacity against migrations on the 1,000-host fleet (a plot, when matplotlib is present).
+5. With ``--reference REV``: the planner of git revision REV (its `planner.py`, loaded beside
+   this one) against this one on the same inputs, interleaved in one run: CPU time medians and
+   a fingerprint of each plan (they must be identical). Inputs: the fleets of 1. and 2., and
+   every plan the simulator's Berth policy asks for in a replay of the Azure sample's first
+   20,000 VMs on 520 x azure-1.
 
-    .venv/bin/python benchmarks/bench_defrag.py [--quick] [--out benchmarks/results/defrag.md]
+    .venv/bin/python benchmarks/bench_defrag.py [--quick] [--reference REV]
+        [--out benchmarks/results/defrag.md]
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
+import importlib.util
 import json
 import os
 import shlex
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +115,88 @@ def weighted(figures: dict[str, int], flavors: tuple[str, ...]) -> int:
     return sum(figures[f] for f in flavors)
 
 
+Planner = Callable[..., Plan]
+REFERENCE: dict[str, Any] = {}
+"""The reference planner (`--reference`): {"rev": ..., "plan_defrag": ...}, and the comparisons
+made with it ({"rows": [...]})."""
+
+
+def load_reference(rev: str) -> Planner:
+    """`plan_defrag` of revision `rev`'s planner.py, imported as a module beside this one (it
+    uses this checkout's objective, rules and table modules, whose interfaces it needs)."""
+    source = subprocess.run(
+        ["git", "show", f"{rev}:src/berth/core/defrag/planner.py"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    folder = Path(tempfile.mkdtemp(prefix="berth-ref-planner-"))
+    path = folder / "reference_planner.py"
+    path.write_text(source, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("reference_planner", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while defined
+    spec.loader.exec_module(module)
+    planner: Planner = module.plan_defrag
+    return planner
+
+
+def fingerprint(plan: Plan) -> str:
+    """A short hash of everything a plan says (moves in order, waves, footprints, figures)."""
+    text = json.dumps(plan.model_dump(mode="json"), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def compare(
+    name: str,
+    inputs: list[tuple[HostTable, Target, Budget, FilterScheduler, float, int]],
+    repeats: int,
+) -> None:
+    """Plan every input with the reference planner and this one, interleaved, `repeats` times;
+    record the CPU time medians (summed over the inputs) and whether every plan is identical."""
+    if not REFERENCE or not inputs:
+        return
+    reference: Planner = REFERENCE["plan_defrag"]
+    ref_cpu: list[float] = []
+    new_cpu: list[float] = []
+    same = True
+    moves = 0
+    prints: list[str] = []
+    for table, target, budget, scheduler, now, seed in inputs:
+        r_times, n_times = [], []
+        for _ in range(repeats):
+            cpu = time.process_time()
+            old = reference(table, target, budget, scheduler=scheduler, now=now, seed=seed)
+            r_times.append(time.process_time() - cpu)
+            cpu = time.process_time()
+            new = plan_defrag(table, target, budget, scheduler=scheduler, now=now, seed=seed)
+            n_times.append(time.process_time() - cpu)
+        same &= fingerprint(old) == fingerprint(new) and old == new
+        moves += new.migrations
+        prints.append(fingerprint(new))
+        ref_cpu.append(statistics.median(r_times))
+        new_cpu.append(statistics.median(n_times))
+    row = {
+        "name": name,
+        "plans": len(inputs),
+        "moves": moves,
+        "reference_cpu_s": sum(ref_cpu),
+        "cpu_s": sum(new_cpu),
+        "speedup": sum(ref_cpu) / max(sum(new_cpu), 1e-9),
+        "same": same,
+        "fingerprint": hashlib.sha256("".join(prints).encode()).hexdigest()[:12],
+    }
+    REFERENCE.setdefault("rows", []).append(row)
+    print(
+        f"reference {REFERENCE['rev']} vs this planner, {name}: {row['reference_cpu_s']:.2f} s -> "
+        f"{row['cpu_s']:.2f} s CPU (x{row['speedup']:.1f}), same plans: {same}",
+        flush=True,
+    )
+
+
 def run_plan(
     table: HostTable, target: Target, budget: Budget, now: float, repeats: int
 ) -> tuple[Plan, list[tuple[float, float]]]:
@@ -117,6 +210,47 @@ def run_plan(
         times.append((time.perf_counter() - started, time.process_time() - cpu))
     assert plan is not None
     return plan, times
+
+
+def berth_replay_inputs() -> list[tuple[HostTable, Target, Budget, FilterScheduler, float, int]]:
+    """Every planner call of the simulator's Berth policy (periodic defragmentation under
+    pressure) in a replay of the Azure sample's first 20,000 VMs on 520 x azure-1."""
+    import berth.sim.defrag as sim_defrag
+    from berth.sim.azure import find_azure_dir, read_azure
+    from berth.sim.evictions import default_evictor
+    from berth.sim.fleets import load_fleet_or_sizing
+    from berth.sim.policies import resolve
+    from berth.sim.replay import ReplayOptions, Simulation
+
+    try:
+        find_azure_dir(None)
+    except Exception as exc:  # the data set is optional for this benchmark
+        print(f"azure sample not found ({exc}); skipping the Berth replay", flush=True)
+        return []
+    inputs: list[tuple[HostTable, Target, Budget, FilterScheduler, float, int]] = []
+    planner: Planner = getattr(sim_defrag, "plan_defrag")  # noqa: B009 (patched below)
+
+    def record(
+        table: HostTable,
+        target: Target,
+        budget: Budget,
+        *,
+        scheduler: FilterScheduler,
+        now: float,
+        seed: int = 0,
+    ) -> Plan:
+        inputs.append((table.copy(), target, budget, scheduler, now, seed))
+        return planner(table, target, budget, scheduler=scheduler, now=now, seed=seed)
+
+    trace = read_azure().head(20000)
+    fleet, _ = load_fleet_or_sizing("520xazure-1", trace)
+    options = ReplayOptions(bound=False, evictor=default_evictor(), warmup=resolve("first_fit"))
+    setattr(sim_defrag, "plan_defrag", record)  # noqa: B010 (the replay calls it by name)
+    try:
+        Simulation(trace, fleet, options).run(resolve("berth"))
+    finally:
+        setattr(sim_defrag, "plan_defrag", planner)  # noqa: B010
+    return inputs
 
 
 def describe(
@@ -151,6 +285,12 @@ def synthetic(sizes: list[int], repeats: int) -> dict[str, Any]:
         started = time.perf_counter()
         check_plan(table, plan)
         checked = time.perf_counter() - started
+        berth = FilterScheduler.from_config(profile("berth"))
+        compare(
+            f"synthetic NUMA, {n:,} hosts, capacity",
+            [(table, target, budget, berth, NOW, 0)],
+            repeats,
+        )
         row = describe(plan, vms, times, checked)
         row["hosts"] = n
         row["build_s"] = built
@@ -165,6 +305,11 @@ def synthetic(sizes: list[int], repeats: int) -> dict[str, Any]:
         if n == sizes[0]:
             empty = Target(objective=Objective.EMPTY_HOSTS)
             plan, times = run_plan(table, empty, budget, NOW, repeats)
+            compare(
+                f"synthetic NUMA, {n:,} hosts, empty hosts",
+                [(table, empty, budget, FilterScheduler.from_config(profile("berth")), NOW, 0)],
+                repeats,
+            )
             row = describe(plan, vms, times, 0.0)
             row["hosts"] = n
             out[f"empty-{n}"] = row
@@ -215,6 +360,12 @@ def simulated(repeats: int) -> dict[str, Any]:
     vms = len(table.allocations)
     budget = Budget(max_migrations=int(0.03 * vms), max_concurrent=10)
     plan, times = run_plan(table, Target(flavors=large), budget, capture.now, repeats)
+    berth = FilterScheduler.from_config(profile("berth"))
+    compare(
+        f"Azure replay (nova, mid-window), {len(table)} hosts",
+        [(table, Target(flavors=large), budget, berth, capture.now, 0)],
+        repeats,
+    )
     started = time.perf_counter()
     check_plan(table, plan)
     row = describe(plan, vms, times, time.perf_counter() - started)
@@ -392,6 +543,7 @@ def markdown(result: dict[str, Any], plot_name: str | None) -> str:
                 f"{row['moves']} of {row['budget']} migrations, planned in "
                 f"{row['plan_s_median']:.2f} s.",
             ]
+    lines += _reference_lines(result.get("reference"))
     for key, title in (
         ("gaps", "l16 + x32 capacity"),
         ("gaps_empty", "empty hosts (fleets with half the VMs deleted)"),
@@ -414,6 +566,31 @@ def markdown(result: dict[str, Any], plot_name: str | None) -> str:
             lines += ["", f"![capacity vs migrations]({plot_name})"]
     lines.append("")
     return "\n".join(lines)
+
+
+def _reference_lines(ref: dict[str, Any] | None) -> list[str]:
+    if not ref or not ref.get("rows"):
+        return []
+    lines = [
+        "",
+        f"## Planning time: this planner against revision {ref['rev']}",
+        "",
+        f"The planner of revision {ref['rev']} (`--reference`) and this one on the same inputs, "
+        "interleaved in this run; CPU seconds, medians of 3 runs per input, summed over the "
+        "inputs. A plan is the same when its fingerprint (a hash of its moves in order, waves, "
+        "footprints and figures) and the plan object are equal.",
+        "",
+        "| inputs | plans | moves | reference CPU s | this CPU s | speed-up | same plans "
+        "| fingerprint |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in ref["rows"]:
+        lines.append(
+            f"| {r['name']} | {r['plans']} | {r['moves']:,} | {r['reference_cpu_s']:.2f} | "
+            f"{r['cpu_s']:.2f} | {r['speedup']:.1f}x | {'yes' if r['same'] else '**no**'} | "
+            f"{r['fingerprint']} |"
+        )
+    return lines
 
 
 def _gap_lines(rows: list[dict[str, Any]], title: str, limit: float) -> list[str]:
@@ -455,7 +632,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small fleets only (a smoke run)")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/defrag.md")
     parser.add_argument("--gap-limit", type=float, default=20.0, help="seconds per exact solve")
+    parser.add_argument(
+        "--reference", metavar="REV", help="also time the planner of this git revision (same plans)"
+    )
     args = parser.parse_args(argv)
+    if args.reference:
+        REFERENCE.update(rev=args.reference, plan_defrag=load_reference(args.reference))
     load_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
     sizes = [300, 1000] if args.quick else [1000, 10000]
     result: dict[str, Any] = {
@@ -469,7 +651,12 @@ def main(argv: list[str] | None = None) -> int:
     fleets = synthetic(sizes, repeats=3)
     if not args.quick:
         fleets.update(simulated(repeats=3))
+        if REFERENCE:
+            inputs = berth_replay_inputs()
+            compare("Azure sample, first 20,000 VMs on 520 x azure-1, Berth policy", inputs, 3)
     result["fleets"] = fleets
+    if REFERENCE:
+        result["reference"] = {"rev": REFERENCE["rev"], "rows": REFERENCE.get("rows", [])}
     gap_sizes = [8] if args.quick else [8, 10, 12]
     gap_seeds = [0, 1] if args.quick else [0, 1, 2, 3]
     result["gaps"] = gaps(gap_sizes, gap_seeds, [0.03, 0.10], args.gap_limit, Target(flavors=LARGE))

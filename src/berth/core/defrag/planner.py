@@ -89,6 +89,9 @@ class _Planner:
         self.is_source = np.zeros(n, dtype=bool)
         self.is_target = np.zeros(n, dtype=bool)
         self.steps: list[_Step] = []
+        self._losses: dict[tuple[object, ...], float] = {}
+        """`loss` of one host by (flavor, host, free columns, instance count): a rolled-back
+        try restores hosts to states already valued."""
         self._subsets: dict[tuple[object, ...], tuple[list[str], F64]] = {}
         """`removal_order` by everything it reads: the host, its movable instances (in order),
         its free columns, instance count and per-host budget left."""
@@ -114,15 +117,21 @@ class _Planner:
 
         def compute(rows: I64 | None) -> F64:
             if rows is not None and rows.size <= SMALL_ROWS:
-                rd = d.rows
+                rd, memo = d.rows, self._losses
                 out = []
                 for r in rows.tolist():
-                    cf, hf = work.cell_free[r].tolist(), work.host_free[r].tolist()
+                    cells, hosts = work.cell_free[r], work.host_free[r]
                     k = int(work.n_instances[r])
-                    cu = numa_rows.place(rd, cf)
-                    after_cf = [numa_rows.minus(f, u) for f, u in zip(cf, cu, strict=True)]
-                    after_hf = numa_rows.minus(hf, rd.host_use)
-                    out.append(value.one(r, cf, hf, k) - value.one(r, after_cf, after_hf, k + 1))
+                    key = (flavor, r, cells.tobytes(), hosts.tobytes(), k)
+                    lost = memo.get(key)
+                    if lost is None:
+                        cf, hf = cells.tolist(), hosts.tolist()
+                        cu = numa_rows.place(rd, cf)
+                        after_cf = [numa_rows.minus(f, u) for f, u in zip(cf, cu, strict=True)]
+                        after_hf = numa_rows.minus(hf, rd.host_use)
+                        lost = value.one(r, cf, hf, k) - value.one(r, after_cf, after_hf, k + 1)
+                        memo[key] = lost
+                    out.append(lost)
                 return np.array(out, dtype=np.float64)
             rr = np.arange(len(work)) if rows is None else rows
             cell_free, host_free = work.free_rows(rows)
