@@ -79,7 +79,7 @@ class HostOnlyCosts:
         self.memo: dict[tuple[int, ...], F64] = {}
         """-cost of every flavor by free host columns: hosts often return to a state."""
         self.memo_limit = 0
-        self.neg = np.zeros((len(table), 0), dtype=np.float64)  # (hosts, flavors)
+        self.neg = np.zeros((0, len(table)), dtype=np.float64)  # (flavors, hosts)
         self.seen = table.version
 
     def _plan(self, use: I64) -> Plan:
@@ -113,18 +113,18 @@ class HostOnlyCosts:
         name = d.spec.name
         i = self.flavors.get(name)
         if i is None:
-            if not host_only(d) or self.neg.shape[0] * (self.neg.shape[1] + 1) > MAX_VALUES:
+            if not host_only(d) or (self.neg.shape[0] + 1) * self.neg.shape[1] > MAX_VALUES:
                 return None
             use = d.host[self.cols][:, None]
             alone = self._plan(np.hstack([self.use[:, :1], use]))
             column = self._costs(table, np.arange(len(table)), alone)
-            i = self.flavors[name] = self.neg.shape[1]
+            i = self.flavors[name] = self.neg.shape[0]
             self.use = np.hstack([self.use, use])
             self.plan = self._plan(self.use)
             self.memo = {}  # its rows lack the new flavor
             self.memo_limit = MAX_VALUES // (i + 1)
-            self.neg = np.hstack([self.neg, column])
-        return self.neg[:, i]
+            self.neg = np.vstack([self.neg, column.T])
+        return self.neg[i]
 
     def _update(self, table: HostTable) -> None:
         if self.seen == table.version:
@@ -135,7 +135,7 @@ class HostOnlyCosts:
             return
         if recent is None or len(recent) > MEMO_ROWS:
             rows = table.changed_since(seen)
-            self.neg[rows] = self._costs(table, rows, self.plan)
+            self.neg[:, rows] = self._costs(table, rows, self.plan).T
             return
         # a few hosts: many reach a free state some host had before; reuse its costs
         free, memo, neg = table.host_free, self.memo, self.neg
@@ -146,13 +146,13 @@ class HostOnlyCosts:
             if known is None:
                 missed.append((row, key))
             else:
-                neg[row] = known
+                neg[:, row] = known
         if missed:
             if len(memo) + len(missed) > self.memo_limit:
                 memo.clear()
             fresh = self._costs(table, np.array([r for r, _ in missed]), self.plan)
             for (row, key), values in zip(missed, fresh, strict=True):
-                neg[row] = memo[key] = values
+                neg[:, row] = memo[key] = values
 
     def _costs(self, table: HostTable, rows: I64, plan: Plan) -> F64:
         """``-cost`` on `rows` (r,) for the plan's placed flavors: shape (r, flavors).
