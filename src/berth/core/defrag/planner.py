@@ -175,7 +175,9 @@ class _Planner:
     def best_target(self, alloc: Allocation) -> int | None:
         """The allowed host losing the least objective; then the tightest fit; then the seed."""
         work = self.work
-        mask = self.rules.mask(work, alloc) & (self.touches < self.per_host)
+        mask = self.rules.mask(work, alloc)
+        if self.per_host <= self.budget.max_migrations:  # else no host can reach it
+            mask &= self.touches < self.per_host
         if self.exclusive:
             mask &= ~self.is_source
         rows = np.flatnonzero(mask)
@@ -191,7 +193,9 @@ class _Planner:
     def move(self, alloc: Allocation, row: int) -> None:
         work = self.work
         name = work.names[row]
-        cell_use, host_use = work.plan_for(alloc.flavor, row)
+        rd = work.demand(alloc.flavor).rows  # the claim rule on one host (= `plan_for`)
+        cell_use = np.array(numa_rows.place(rd, work.cell_free[row].tolist()), dtype=np.int64)
+        host_use = np.array(rd.host_use, dtype=np.int64)
         self.journal.migrate(alloc, name, cell_use, host_use)
         self.steps.append(_Step(alloc, name, cell_use, host_use))
         src = work.index[alloc.host]
