@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +24,7 @@ from berth.core.flavors import NumaMode
 from berth.core.model import Fleet
 from berth.core.request import RequestSpec
 from berth.core.table import HostTable
+from berth.core.weighers import frag_host
 from berth.core.weighers.frag_host import HostOnlyCosts, host_only
 from tests.builders import NOW, flavor, fleet
 from tests.core.strategies import examples, hosts
@@ -67,8 +69,24 @@ def _store(table: HostTable, refs: list[str]) -> HostOnlyCosts:
 
 
 @settings(max_examples=examples(0.6), deadline=None)
-@given(fleet=floating_fleets(), data=st.data())
-def test_kept_costs_equal_a_fresh_computation(fleet: Fleet, data: st.DataObject) -> None:
+@given(
+    fleet=floating_fleets(),
+    data=st.data(),
+    memo_rows=st.sampled_from([8, 0, 1]),
+    chunk=st.sampled_from([2048, 1, 2]),
+)
+def test_kept_costs_equal_a_fresh_computation(
+    fleet: Fleet, data: st.DataObject, memo_rows: int, chunk: int
+) -> None:
+    """Through the memo (a few changed hosts), the vectorised pass (more, or none looked up:
+    memo_rows 0) and its chunks."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(frag_host, "MEMO_ROWS", memo_rows)
+        mp.setattr(frag_host, "CHUNK", chunk)
+        _follow_changes(fleet, data)
+
+
+def _follow_changes(fleet: Fleet, data: st.DataObject) -> None:
     table = HostTable.from_fleet(fleet)
     names = sorted(table.flavors)
     assert all(host_only(table.demand(n)) and table.demand(n).mode == NumaMode.NONE for n in names)
@@ -146,3 +164,24 @@ def test_the_weigher_keeps_every_placed_flavor_for_floating_fleets() -> None:
         got = store.row(table, table.demand(name))
         assert got is not None
         assert np.array_equal(got, _fresh(table, name, ["big", "small"]))
+
+
+def test_hosts_in_the_same_state_share_costs_and_only_they() -> None:
+    """The memo is keyed by the whole free state: equal vCPUs with unequal memory differ."""
+    from tests.builders import host, table_of
+
+    table = table_of(
+        [host(f"h{i}", vcpus=16, mem=16384) for i in range(3)],
+        [
+            flavor("cpu", vcpus=2, mem=512),
+            flavor("mem", vcpus=2, mem=8192),
+            flavor("ref", vcpus=4, mem=4096),
+        ],
+    )
+    store = _store(table, ["ref"])
+    for step, (name, row) in enumerate([("cpu", 0), ("mem", 1), ("cpu", 2), ("mem", 0)]):
+        table.claim(f"x{step}", table.names[row], name)
+        for placed in ("cpu", "mem", "ref"):
+            got = store.row(table, table.demand(placed))
+            assert got is not None
+            assert np.array_equal(got, _fresh(table, placed, ["ref"])), (step, placed)
