@@ -22,12 +22,21 @@ from berth.core.config import SchedulerConfig, profile
 from berth.core.defrag import Budget, Objective, Target, plan_defrag
 from berth.core.defrag import planner as planner_module
 from berth.core.defrag.objective import HostValue
-from berth.core.defrag.planner import _EPS, F64, I64, PATIENCE, PREFIX, _Planner, _size
+from berth.core.defrag.planner import (
+    _EPS,
+    F64,
+    I64,
+    PATIENCE,
+    PREFIX,
+    _Planner,
+    _size,
+    _Step,
+)
 from berth.core.engine import FilterScheduler
 from berth.core.errors import ClaimError
 from berth.core.model import DiskInventory, Flavor, Fleet, Host, NumaCell
 from berth.core.resources import CELL_BASE
-from berth.core.table import HostTable
+from berth.core.table import Allocation, HostTable
 from tests.builders import NOW
 from tests.core.strategies import examples, tables
 from tests.core.test_defrag_properties import budgets, fragmented, targets
@@ -88,8 +97,9 @@ def test_one_host_value_equals_the_vectorised(
 
 
 class _Reference(_Planner):
-    """The planner with the straightforward vectorised hot functions the fast paths replaced
-    (`estimates` stacking the footprints and summing with `np.add.at` on every call)."""
+    """The planner with the straightforward versions of what the fast paths replaced: vectorised
+    values, `estimates` stacking the footprints and summing with `np.add.at` on every call,
+    `removal_order` never remembered, footprints by `plan_for`, the per-host mask always."""
 
     def loss(self, flavor: str) -> F64:
         work, value = self.work, self.value
@@ -109,6 +119,43 @@ class _Reference(_Planner):
     def current(self) -> F64:
         work, value = self.work, self.value
         return work.derived(("reference.value",), lambda rows: value.rows(work, _all(work, rows)))
+
+    def best_target(self, alloc: Allocation) -> int | None:
+        work = self.work
+        mask = self.rules.mask(work, alloc) & (self.touches < self.per_host)
+        if self.exclusive:
+            mask &= ~self.is_source
+        rows = np.flatnonzero(mask)
+        if rows.size == 0:
+            return None
+        loss = self.loss(alloc.flavor)[rows]
+        rows = rows[loss <= loss.min() + _EPS]
+        fit = work.resource_counts(alloc.flavor)[rows]
+        rows = rows[fit == fit.min()]
+        return int(rows[np.argmin(self.tie[rows])])
+
+    def move(self, alloc: Allocation, row: int) -> None:
+        work = self.work
+        name = work.names[row]
+        cell_use, host_use = work.plan_for(alloc.flavor, row)
+        self.journal.migrate(alloc, name, cell_use, host_use)
+        self.steps.append(_Step(alloc, name, cell_use, host_use))
+        src = work.index[alloc.host]
+        self.touches[src] += 1
+        self.touches[row] += 1
+        self.is_source[src] = True
+        self.is_target[row] = True
+
+    def best_subset(self, row: int, limit: int) -> tuple[list[str], float]:
+        order, gains = self.removal_order(row)  # never remembered
+        k = min(len(order), limit)
+        if k == 0:
+            return [], 0.0
+        ratios = gains[:k] / np.arange(1, k + 1)
+        j = int(np.argmax(ratios))
+        if gains[j] <= _EPS:
+            return [], 0.0
+        return order[: j + 1], float(gains[j])
 
     def estimates(self, rows: I64) -> F64:
         work, value = self.work, self.value
