@@ -139,15 +139,26 @@ class HostValue:
         return out
 
     def progress_one(self, cell_free: numa_rows.Cells, host_free: list[int]) -> float:
-        """`progress` for one host, in plain Python numbers (equal bit for bit)."""
+        """`progress` for one host, in plain Python numbers (equal bit for bit: numpy's
+        int64 / float64 is this IEEE division, min and max pick the same double)."""
         out = 0.0
         for (mode, cols), weight in zip(self._progress, self.weights, strict=True):
             if mode == NumaMode.NONE:
-                frac = _min_ratio(host_free, cols)
-            elif mode == NumaMode.SINGLE:
-                frac = max(_min_ratio(cell_free[0], cols), _min_ratio(cell_free[1], cols))
+                frac = BIG_F
+                for col, need in cols:
+                    x = host_free[col] / need
+                    if x < frac:
+                        frac = x
             else:
-                frac = min(_min_ratio(cell_free[0], cols), _min_ratio(cell_free[1], cols))
+                per_cell = []
+                for free in cell_free:
+                    m = BIG_F
+                    for col, need in cols:
+                        x = free[col] / need
+                        if x < m:
+                            m = x
+                    per_cell.append(m)
+                frac = max(per_cell) if mode == NumaMode.SINGLE else min(per_cell)
             out += weight * frac
         return out
 
@@ -180,14 +191,8 @@ class HostValue:
         return float(self.rows(table, np.arange(len(table))).sum())
 
 
-def _min_ratio(free: list[int], cols: list[tuple[int, float]]) -> float:
-    """min over `cols` of free / need (numpy's int64 / float64 is this IEEE division)."""
-    out = free[cols[0][0]] / cols[0][1]
-    for col, need in cols:
-        x = free[col] / need
-        if x < out:
-            out = x
-    return out
+BIG_F = float("inf")
+"""The start of a minimum over a flavor's columns (each flavor asks for at least one)."""
 
 
 def _progress_terms(d: Demand) -> tuple[NumaMode, list[tuple[int, float]]]:
