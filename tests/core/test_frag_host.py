@@ -120,8 +120,18 @@ def _follow_changes(fleet: Fleet, data: st.DataObject) -> None:
 
 
 @settings(max_examples=examples(0.4), deadline=None)
-@given(fleet=floating_fleets(), data=st.data())
-def test_berth_places_as_with_the_per_flavor_cache(fleet: Fleet, data: st.DataObject) -> None:
+@given(fleet=floating_fleets(), data=st.data(), room=st.sampled_from([None, 0, 2]))
+def test_berth_places_as_with_the_per_flavor_cache(
+    fleet: Fleet, data: st.DataObject, room: int | None
+) -> None:
+    """Also when the store holds no flavor or only two (`MAX_VALUES`): the rest fall back."""
+    with pytest.MonkeyPatch.context() as mp:
+        if room is not None:
+            mp.setattr(frag_host, "MAX_VALUES", room * len(fleet.hosts))
+        _place_twice(fleet, data)
+
+
+def _place_twice(fleet: Fleet, data: st.DataObject) -> None:
     fast = HostTable.from_fleet(fleet)
     slow = fast.copy()
     names = sorted(fast.flavors)

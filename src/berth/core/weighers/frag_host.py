@@ -113,7 +113,11 @@ class HostOnlyCosts:
         name = d.spec.name
         i = self.flavors.get(name)
         if i is None:
-            if not host_only(d) or (self.neg.shape[0] + 1) * self.neg.shape[1] > MAX_VALUES:
+            if (
+                not host_only(d)
+                or int(d.host.max()) >= INT32_MAX_INT  # keeps |free - use| far below 2**53
+                or (self.neg.shape[0] + 1) * self.neg.shape[1] > MAX_VALUES
+            ):
                 return None
             use = d.host[self.cols][:, None]
             alone = self._plan(np.hstack([self.use[:, :1], use]))
