@@ -131,15 +131,15 @@ def load_reference(rev: str) -> Planner:
         text=True,
         check=True,
     ).stdout
-    folder = Path(tempfile.mkdtemp(prefix="berth-ref-planner-"))
-    path = folder / "reference_planner.py"
-    path.write_text(source, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location("reference_planner", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while defined
-    spec.loader.exec_module(module)
+    with tempfile.TemporaryDirectory(prefix="berth-ref-planner-") as folder:
+        path = Path(folder) / "reference_planner.py"
+        path.write_text(source, encoding="utf-8")
+        spec = importlib.util.spec_from_file_location("reference_planner", path)
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # its dataclasses look their module up while defined
+        spec.loader.exec_module(module)
     planner: Planner = module.plan_defrag
     return planner
 
