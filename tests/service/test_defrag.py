@@ -443,6 +443,64 @@ def test_a_draining_host_gets_no_placements_and_a_plan_empties_it(svc):
     assert by_host["h-c1-1"]["s2"] > 0
 
 
+ADMIT: dict[str, Any] = {"cluster": "c1", "flavor": "p8"}
+
+
+def test_an_admission_plans_one_migration_after_which_the_flavor_is_placed(svc):
+    start_hosts = hosts_of(svc.store)
+    assert svc.post("/v1/placements", {"flavor": "p8"}).status_code != 201  # fits nowhere
+    r = svc.post("/v1/defrag/admissions", ADMIT)
+    assert r.status_code == 201, r.text
+    plan = r.json()
+    assert plan["state"] == "planned"
+    assert plan["migrations"] == 1
+    assert plan["target"]["flavors"] == ["p8"]
+    assert plan["budget"]["max_migrations"] == 1
+    assert plan["before"]["capacity"] == {"p8": 0}
+    assert plan["after"]["capacity"]["p8"] >= 1
+    (step,) = plan["steps"]
+    assert step["source"] != step["target"]
+    r = svc.post(f"/v1/defrag/plans/{plan['id']}/execute", {"auto_confirm": True})
+    assert r.status_code == 200, r.text
+    svc.defrag.run_until_idle()
+    done = svc.get(f"/v1/defrag/plans/{plan['id']}").json()
+    assert done["state"] == "done"
+    assert hosts_of(svc.store) == planned_hosts(plan, start_hosts)
+    assert audit(svc.store) == []
+    placed = svc.post("/v1/placements", {"flavor": "p8"})
+    assert placed.status_code == 201, placed.text
+    assert placed.json()["instances"][0]["host"] == step["source"]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code", "field"),
+    [
+        ({"flavor": "p4"}, 409, "fits_already", "flavor"),
+        ({"flavor": "g1"}, 409, "no_admission", "max_migrations"),  # no host has a GPU
+        ({"flavor": "nope"}, 422, "unknown_flavor", "flavor"),
+        ({"cluster": "c9"}, 422, "unknown_cluster", "cluster"),
+        ({"max_migrations": 5}, 422, "invalid_input", "body.max_migrations"),
+        ({"max_migrations": 0}, 422, "invalid_input", "body.max_migrations"),
+        ({"extra": 1}, 422, "invalid_input", "body.extra"),
+    ],
+)
+def test_admission_answers_name_the_field(svc, body, status, code, field):
+    before = svc.get("/v1/defrag/plans").json()
+    r = svc.post("/v1/defrag/admissions", {**ADMIT, **body})
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert (err["code"], err["field"]) == (code, field)
+    assert svc.get("/v1/defrag/plans").json() == before  # nothing stored
+
+
+def test_admission_roles(svc):
+    for who in ("reader", "tenant"):
+        r = svc.post("/v1/defrag/admissions", ADMIT, who=who)
+        assert (r.status_code, r.json()["error"]["code"]) == (403, "forbidden")
+    assert svc.client.post("/v1/defrag/admissions", json=ADMIT).status_code == 401
+    assert svc.post("/v1/defrag/admissions", ADMIT, who="admin").status_code == 201
+
+
 def test_roles(svc):
     plan = create(svc)
     pid = plan["id"]
@@ -548,6 +606,15 @@ def test_the_cli_drives_a_plan_on_a_real_server(tmp_path):
                 check=False,
             )
 
+        admitted = berth("admit", "--cluster", "c1", "--flavor", "p8", "--json")
+        assert admitted.returncode == 0, admitted.stderr
+        admission = json.loads(admitted.stdout)
+        assert admission["migrations"] == 1
+        assert "1 migrations" in berth("show", admission["id"]).stdout
+        assert berth("cancel", admission["id"]).returncode == 0
+        fits = berth("admit", "--cluster", "c1", "--flavor", "p4")
+        assert fits.returncode == 2
+        assert "fits_already" in fits.stderr
         made = berth("create", "--cluster", "c1", "--flavor", "p8", "--budget", "4", "--json")
         assert made.returncode == 0, made.stderr
         plan = json.loads(made.stdout)

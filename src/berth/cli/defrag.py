@@ -23,14 +23,13 @@ from rich.table import Table
 
 from berth.core.config import PROFILES, profile
 from berth.core.defrag import Budget, Move, Objective, Plan, Target, plan_defrag
-from berth.core.defrag.admit import fitting, plan_admission
+from berth.core.defrag.admit import MAX_ADMISSION, fitting, plan_admission
 from berth.core.engine import FilterScheduler
 from berth.core.errors import BerthError
 from berth.core.request import RequestSpec
 from berth.core.table import HostTable
 from berth.fleet.demo import demo_fleet_path
 from berth.fleet.io import describe_validation_error, load_fleet
-from berth.sim.policies import MAX_ADMISSION
 
 out = Console()
 err = Console(stderr=True)

@@ -558,6 +558,32 @@ def defrag_create(
     _emit_plan(_plan_call("POST", url, "/v1/defrag/plans", token, ok=201, json=body), as_json)
 
 
+@defrag_app.command("admit")
+def defrag_admit(
+    cluster: Annotated[str, typer.Option(help="The cluster the instance should go to.")],
+    flavor: Annotated[str, typer.Option("--flavor", help="The flavor of the instance.")],
+    zone: Annotated[
+        str | None, typer.Option("--zone", help="Availability zone of the instance.")
+    ] = None,
+    max_migrations: Annotated[
+        int,
+        typer.Option(
+            "--migrations", "--max-migrations", min=1, help="Most live migrations to make room."
+        ),
+    ] = 1,
+    url: UrlOpt = "http://127.0.0.1:8080",
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Plan the few live migrations after which one FLAVOR instance fits in CLUSTER, and store
+    them as a plan (execute it, then place the instance)."""
+    body: dict[str, Any] = {"cluster": cluster, "flavor": flavor, "max_migrations": max_migrations}
+    if zone is not None:
+        body["availability_zone"] = zone
+    plan = _plan_call("POST", url, "/v1/defrag/admissions", token, ok=201, json=body)
+    _emit_plan(plan, as_json)
+
+
 @defrag_app.command("list")
 def defrag_list(
     cluster: Annotated[str | None, typer.Option(help="Only this cluster.")] = None,

@@ -20,12 +20,13 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from berth.core.defrag.admit import MAX_ADMISSION
 from berth.core.errors import BerthError
 from berth.sim.azure import read_azure
 from berth.sim.defrag import PeriodicDefrag, parse_budget, parse_interval
 from berth.sim.evictions import default_evictor
 from berth.sim.fleets import load_fleet_or_sizing
-from berth.sim.policies import MAX_ADMISSION, Policy, resolve, resolve_all, with_admission
+from berth.sim.policies import Policy, resolve, resolve_all, with_admission
 from berth.sim.replay import PolicyRun, ReplayOptions, Simulation
 from berth.sim.report import write_report
 from berth.sim.synthetic import DEFAULT_SIZING, SyntheticConfig, generate

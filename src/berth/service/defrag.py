@@ -29,8 +29,19 @@ from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy.exc import DBAPIError
 
-from berth.core.defrag import Budget, Move, Plan, Target, measure, plan_defrag, replan_move
+from berth.core.defrag import (
+    Budget,
+    Move,
+    Plan,
+    Target,
+    apply_moves,
+    measure,
+    plan_defrag,
+    replan_move,
+)
+from berth.core.defrag.admit import MAX_ADMISSION, fitting, plan_admission
 from berth.core.engine import FilterScheduler
+from berth.core.request import RequestSpec
 from berth.service.auth import Authenticator, Principal, require
 from berth.service.errors import ApiError
 from berth.service.schemas import Ident, Text
@@ -90,6 +101,15 @@ class PlanIn(_In):
     target: TargetIn
     budget: BudgetIn
     seed: int = Field(0, ge=0, le=2**31 - 1)
+
+
+class AdmissionIn(_In):
+    cluster: Ident
+    flavor: Ident
+    availability_zone: Ident | None = None
+    max_migrations: int = Field(
+        1, ge=1, le=MAX_ADMISSION, description="most live migrations to make room"
+    )
 
 
 class ExecuteIn(_In):
@@ -225,6 +245,71 @@ class DefragService:
             plan = plan_defrag(
                 table, target, budget, scheduler=self.scheduler, now=now, seed=body.seed
             )
+        return self._store(body.cluster, plan, table.device_types, created_by)
+
+    def admit(self, body: AdmissionIn, created_by: str) -> PlanRow:
+        """Plan the few live migrations after which one instance of `body.flavor` fits on one
+        host of the cluster (`berth.core.defrag.admit`), and store them as a plan (capacity of
+        that flavor, one move per wave). 409 when it fits already or no such moves exist."""
+        r = self.replica
+        r.sync()
+        with r.lock:
+            view = r.clusters.get(body.cluster)
+            if view is None:
+                raise ApiError(
+                    422,
+                    "unknown_cluster",
+                    f"cluster: unknown cluster {body.cluster!r}",
+                    field="cluster",
+                )
+            if body.flavor not in view.table.flavors:
+                raise ApiError(
+                    422,
+                    "unknown_flavor",
+                    f"flavor: flavor {body.flavor!r} is not offered in {body.cluster}",
+                    field="flavor",
+                )
+            pool_traits = tuple(sorted(set(view.pools.values())))
+            table = view.table.copy()
+            now = r.clock()
+        request = RequestSpec(flavor=body.flavor, availability_zone=body.availability_zone)
+        room = int(fitting(table, request, self.scheduler, now).sum())
+        if room:
+            raise ApiError(
+                409,
+                "fits_already",
+                f"flavor: {body.flavor!r} fits on {room} host(s) of {body.cluster} as it is",
+                field="flavor",
+            )
+        with self._planning:
+            found = plan_admission(
+                table,
+                request,
+                scheduler=self.scheduler,
+                now=now,
+                max_migrations=body.max_migrations,
+                keep_traits=pool_traits,
+            )
+        if found is None:
+            raise ApiError(
+                409,
+                "no_admission",
+                f"max_migrations: no {body.max_migrations} live migration(s) make room for "
+                f"{body.flavor!r} in {body.cluster}",
+                field="max_migrations",
+            )
+        target = Target(flavors=(body.flavor,), keep_traits=pool_traits)
+        after = table.copy()
+        apply_moves(after, found.moves)
+        touched = sorted({h for m in found.moves for h in (m.source, m.target)})
+        plan = Plan(
+            target=target,
+            budget=Budget(max_migrations=len(found.moves), max_concurrent=1),
+            moves=found.moves,
+            before=measure(table, target, scheduler=self.scheduler, now=now),
+            after=measure(after, target, scheduler=self.scheduler, now=now),
+            generations={h: int(table.generation[table.index[h]]) for h in touched},
+        )
         return self._store(body.cluster, plan, table.device_types, created_by)
 
     def _store(self, cluster: str, plan: Plan, device_types: list[str], who: str) -> PlanRow:
@@ -603,6 +688,15 @@ def create_plan(body: PlanIn, p: Operator, service: Service) -> PlanOut:
     """Plan live migrations for a cluster (on this replica's current table) and store the plan
     (state `planned`); the answer carries every step and the before/after figures."""
     return _full(service, service.create(body, p.name))
+
+
+@router.post("/defrag/admissions", status_code=201, response_model=PlanOut)
+def create_admission(body: AdmissionIn, p: Operator, service: Service) -> PlanOut:
+    """Admission by migration: the fewest live migrations (at most `max_migrations`) after which
+    one instance of `flavor` fits on one host of the cluster, stored as a plan (state `planned`;
+    execute it like any plan, then place the instance). 409 `fits_already` when it fits as it
+    is, 409 `no_admission` when no such migrations exist."""
+    return _full(service, service.admit(body, p.name))
 
 
 @router.get("/defrag/plans", response_model=list[PlanOut])

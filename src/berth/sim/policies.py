@@ -41,6 +41,7 @@ import yaml
 from pydantic import ValidationError
 
 from berth.core.config import DEFAULT_FILTERS, PROFILES, SchedulerConfig, WeigherConfig
+from berth.core.defrag.admit import MAX_ADMISSION
 from berth.core.engine import FilterScheduler
 from berth.core.errors import BerthError
 from berth.core.filters.base import Context
@@ -85,8 +86,6 @@ BERTH_DEFRAG = PeriodicDefrag(interval=6 * 3600.0, share=0.01, on_pressure=True)
 some request since the last run found no room (refused, or admitted by migration)."""
 
 OWN_PERIODIC: dict[str, tuple[PeriodicDefrag, ...]] = {"berth": (BERTH_DEFRAG,)}
-
-MAX_ADMISSION = 4
 
 
 class PolicyError(BerthError):

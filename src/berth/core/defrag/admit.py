@@ -44,6 +44,10 @@ F64 = npt.NDArray[np.float64]
 Mask = npt.NDArray[np.bool_]
 
 
+MAX_ADMISSION = 4
+"""Most live migrations one admission may plan (the simulator, the CLI and the service)."""
+
+
 @dataclass(frozen=True)
 class Admission:
     """Moves to apply (in order) after which the request fits on `host`."""
