@@ -26,6 +26,7 @@ from berth.core.defrag import Budget, Move, Objective, Plan, Target, plan_defrag
 from berth.core.defrag.admit import MAX_ADMISSION, fitting, plan_admission
 from berth.core.engine import FilterScheduler
 from berth.core.errors import BerthError
+from berth.core.model import Fleet
 from berth.core.request import RequestSpec
 from berth.core.table import HostTable
 from berth.fleet.demo import demo_fleet_path
@@ -40,6 +41,37 @@ EXIT_BAD_INPUT = 2
 def _fail(message: str) -> NoReturn:
     err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(EXIT_BAD_INPUT)
+
+
+FleetOpt = Annotated[
+    Path | None,
+    typer.Option("--fleet", "-f", help="Fleet snapshot (YAML/JSON). Default: the demo fleet."),
+]
+KeepTraitOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--keep-trait",
+        help="A trait migrations may neither gain nor lose, e.g. a pool's (repeat).",
+    ),
+]
+ProfileOpt = Annotated[
+    str, typer.Option("--profile", "-p", help=f"Scheduler profile: {', '.join(PROFILES)}.")
+]
+NowOpt = Annotated[
+    float | None,
+    typer.Option(help="Reference time for heartbeats (epoch s). Default: fleet's `now`."),
+]
+
+
+def _load(fleet: Path | None, profile_name: str) -> tuple[Fleet, HostTable, FilterScheduler]:
+    """The fleet snapshot (default: the demo fleet), its table, and the named scheduler."""
+    try:
+        snapshot = load_fleet(fleet if fleet is not None else demo_fleet_path())
+        table = HostTable.from_fleet(snapshot)
+        scheduler = FilterScheduler.from_config(profile(profile_name))
+    except BerthError as exc:
+        _fail(str(exc).replace("unknown profile", "--profile: unknown profile"))
+    return snapshot, table, scheduler
 
 
 def _target(
@@ -141,12 +173,7 @@ def register(app: typer.Typer) -> None:
     @defrag_app.command("plan")
     def plan(
         budget: Annotated[int, typer.Option("--budget", help="Most migrations in the plan.")],
-        fleet: Annotated[
-            Path | None,
-            typer.Option(
-                "--fleet", "-f", help="Fleet snapshot (YAML/JSON). Default: the demo fleet."
-            ),
-        ] = None,
+        fleet: FleetOpt = None,
         target: Annotated[
             str, typer.Option("--target", help="capacity (of --flavor ...) or empty-hosts.")
         ] = "capacity",
@@ -162,22 +189,14 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             typer.Option("--drain", help="A host to empty and never target (repeat)."),
         ] = None,
-        keep_trait: Annotated[
-            list[str] | None,
-            typer.Option(
-                "--keep-trait",
-                help="A trait migrations may neither gain nor lose, e.g. a pool's (repeat).",
-            ),
-        ] = None,
+        keep_trait: KeepTraitOpt = None,
         per_host: Annotated[
             int | None, typer.Option("--per-host", help="Most moves touching one host.")
         ] = None,
         concurrent: Annotated[
             int, typer.Option("--concurrent", help="Moves in flight at once (wave size).")
         ] = 1,
-        profile_name: Annotated[
-            str, typer.Option("--profile", "-p", help=f"Scheduler profile: {', '.join(PROFILES)}.")
-        ] = "berth",
+        profile_name: ProfileOpt = "berth",
         exact: Annotated[
             bool, typer.Option("--exact", help="Also solve the exact optimum (small fleets).")
         ] = False,
@@ -185,22 +204,14 @@ def register(app: typer.Typer) -> None:
             float, typer.Option("--time-limit", help="Seconds for the exact solver.")
         ] = 60.0,
         seed: Annotated[int, typer.Option("--seed", help="Tie-breaking seed.")] = 0,
-        now: Annotated[
-            float | None,
-            typer.Option(help="Reference time for heartbeats (epoch s). Default: fleet's `now`."),
-        ] = None,
+        now: NowOpt = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
         out_path: Annotated[
             Path | None, typer.Option("--out", "-o", help="Also write the plan JSON here.")
         ] = None,
     ) -> None:
         """Plan live migrations that restore large-flavor capacity or empty hosts."""
-        try:
-            snapshot = load_fleet(fleet if fleet is not None else demo_fleet_path())
-            table = HostTable.from_fleet(snapshot)
-            scheduler = FilterScheduler.from_config(profile(profile_name))
-        except BerthError as exc:
-            _fail(str(exc).replace("unknown profile", "--profile: unknown profile"))
+        snapshot, table, scheduler = _load(fleet, profile_name)
         goal = _target(table, target, flavor or [], weight or [], drain or [], keep_trait or [])
         limits = _budget(budget, per_host, concurrent)
         when = now if now is not None else snapshot.now if snapshot.now is not None else time.time()
@@ -242,12 +253,7 @@ def register(app: typer.Typer) -> None:
     @defrag_app.command("admit")
     def admit(
         flavor: Annotated[str, typer.Option("--flavor", help="The flavor of the request.")],
-        fleet: Annotated[
-            Path | None,
-            typer.Option(
-                "--fleet", "-f", help="Fleet snapshot (YAML/JSON). Default: the demo fleet."
-            ),
-        ] = None,
+        fleet: FleetOpt = None,
         migrations: Annotated[
             int,
             typer.Option(
@@ -263,30 +269,14 @@ def register(app: typer.Typer) -> None:
         zone: Annotated[
             str | None, typer.Option("--zone", help="Availability zone of the request.")
         ] = None,
-        keep_trait: Annotated[
-            list[str] | None,
-            typer.Option(
-                "--keep-trait",
-                help="A trait migrations may neither gain nor lose, e.g. a pool's (repeat).",
-            ),
-        ] = None,
-        profile_name: Annotated[
-            str, typer.Option("--profile", "-p", help=f"Scheduler profile: {', '.join(PROFILES)}.")
-        ] = "berth",
-        now: Annotated[
-            float | None,
-            typer.Option(help="Reference time for heartbeats (epoch s). Default: fleet's `now`."),
-        ] = None,
+        keep_trait: KeepTraitOpt = None,
+        profile_name: ProfileOpt = "berth",
+        now: NowOpt = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     ) -> None:
         """Which live migrations would let one instance of FLAVOR fit (docs/simulator.md,
         "Admission by migration"); nothing is changed."""
-        try:
-            snapshot = load_fleet(fleet if fleet is not None else demo_fleet_path())
-            table = HostTable.from_fleet(snapshot)
-            scheduler = FilterScheduler.from_config(profile(profile_name))
-        except BerthError as exc:
-            _fail(str(exc).replace("unknown profile", "--profile: unknown profile"))
+        snapshot, table, scheduler = _load(fleet, profile_name)
         if flavor not in table.flavors:
             _fail(f"--flavor: unknown flavor {flavor!r}")
         when = now if now is not None else snapshot.now if snapshot.now is not None else time.time()

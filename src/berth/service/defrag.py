@@ -45,7 +45,7 @@ from berth.core.request import RequestSpec
 from berth.service.auth import Authenticator, Principal, require
 from berth.service.errors import ApiError
 from berth.service.schemas import Ident, Text
-from berth.service.state import Replica
+from berth.service.state import ClusterView, Replica
 from berth.store.defrag import (
     FINAL_STEPS,
     OPEN_STEPS,
@@ -194,18 +194,20 @@ class DefragService:
         )
 
     # ------------------------------------------------------------------ planning
+    def _cluster(self, name: str) -> ClusterView:
+        """The replica's view of a cluster (call under the replica's lock), or 422."""
+        view = self.replica.clusters.get(name)
+        if view is None:
+            raise ApiError(
+                422, "unknown_cluster", f"cluster: unknown cluster {name!r}", field="cluster"
+            )
+        return view
+
     def create(self, body: PlanIn, created_by: str) -> PlanRow:
         r = self.replica
         r.sync()
         with r.lock:
-            view = r.clusters.get(body.cluster)
-            if view is None:
-                raise ApiError(
-                    422,
-                    "unknown_cluster",
-                    f"cluster: unknown cluster {body.cluster!r}",
-                    field="cluster",
-                )
+            view = self._cluster(body.cluster)
             for i, name in enumerate(body.target.flavors):
                 if name not in view.table.flavors:
                     where = f"target.flavors[{i}]"
@@ -254,14 +256,7 @@ class DefragService:
         r = self.replica
         r.sync()
         with r.lock:
-            view = r.clusters.get(body.cluster)
-            if view is None:
-                raise ApiError(
-                    422,
-                    "unknown_cluster",
-                    f"cluster: unknown cluster {body.cluster!r}",
-                    field="cluster",
-                )
+            view = self._cluster(body.cluster)
             if body.flavor not in view.table.flavors:
                 raise ApiError(
                     422,
