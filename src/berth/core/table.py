@@ -545,18 +545,18 @@ class HostTable:
             cell_free[row, c, col] -= v
         for col, v in fixed.host_cols:
             host_free[row, col] -= v
-        self.n_instances[row] += 1
-        self.generation[row] += 1
-        self._touch(row)
-        if server_group is not None:
-            rows = self.group_rows.setdefault(server_group, {})
-            rows[row] = rows.get(row, 0) + 1
-        cell_use, host_use = fixed.cell_use, fixed.host_use
-        alloc = Allocation(
-            instance_id, self.names[row], flavor, cell_use, host_use, server_group, project
+        return self._record(
+            row,
+            Allocation(
+                instance_id,
+                self.names[row],
+                flavor,
+                fixed.cell_use,
+                fixed.host_use,
+                server_group,
+                project,
+            ),
         )
-        self.allocations[instance_id] = alloc
-        return alloc
 
     def claim(
         self,
@@ -606,12 +606,6 @@ class HostTable:
             raise ClaimError(f"footprint does not fit on host {host!r}")  # pragma: no cover
         cell_free[...] = cell_after
         host_free[...] = host_after
-        self.n_instances[row] += 1
-        self.generation[row] += 1
-        self._touch(row)
-        if server_group is not None:
-            rows = self.group_rows.setdefault(server_group, {})
-            rows[row] = rows.get(row, 0) + 1
         alloc = Allocation(
             instance_id=instance_id,
             host=host,
@@ -622,7 +616,17 @@ class HostTable:
             project=project,
             migratable=migratable,
         )
-        self.allocations[instance_id] = alloc
+        return self._record(row, alloc)
+
+    def _record(self, row: int, alloc: Allocation) -> Allocation:
+        """The bookkeeping of a claim whose footprint is already taken from the free columns."""
+        self.n_instances[row] += 1
+        self.generation[row] += 1
+        self._touch(row)
+        if alloc.server_group is not None:
+            rows = self.group_rows.setdefault(alloc.server_group, {})
+            rows[row] = rows.get(row, 0) + 1
+        self.allocations[alloc.instance_id] = alloc
         return alloc
 
     def verify_fits(self, host: str, cell_use: I64, host_use: I64) -> None:

@@ -164,6 +164,17 @@ class DrainOut(BaseModel):
     generation: int
 
 
+def _check_flavor(view: ClusterView, cluster: str, name: str, where: str) -> None:
+    """422 `unknown_flavor` naming the field `where` unless the cluster offers the flavor."""
+    if name not in view.table.flavors:
+        raise ApiError(
+            422,
+            "unknown_flavor",
+            f"{where}: flavor {name!r} is not offered in {cluster}",
+            field=where,
+        )
+
+
 # ---------------------------------------------------------------------------- the service
 class DefragService:
     """Plans and carries out defragmentation plans for one replica."""
@@ -209,14 +220,7 @@ class DefragService:
         with r.lock:
             view = self._cluster(body.cluster)
             for i, name in enumerate(body.target.flavors):
-                if name not in view.table.flavors:
-                    where = f"target.flavors[{i}]"
-                    raise ApiError(
-                        422,
-                        "unknown_flavor",
-                        f"{where}: flavor {name!r} is not offered in {body.cluster}",
-                        field=where,
-                    )
+                _check_flavor(view, body.cluster, name, f"target.flavors[{i}]")
             for i, name in enumerate(body.target.drain):
                 if name not in view.table.index:
                     where = f"target.drain[{i}]"
@@ -257,13 +261,7 @@ class DefragService:
         r.sync()
         with r.lock:
             view = self._cluster(body.cluster)
-            if body.flavor not in view.table.flavors:
-                raise ApiError(
-                    422,
-                    "unknown_flavor",
-                    f"flavor: flavor {body.flavor!r} is not offered in {body.cluster}",
-                    field="flavor",
-                )
+            _check_flavor(view, body.cluster, body.flavor, "flavor")
             pool_traits = tuple(sorted(set(view.pools.values())))
             table = view.table.copy()
             now = r.clock()

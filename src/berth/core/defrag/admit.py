@@ -73,22 +73,19 @@ def plan_admission(
     `table.allocations` may change)."""
     if max_migrations < 1 or request.num_instances != 1:
         return None
-    demand = table.demand(request.flavor)
-    ctx = Context(table, request, demand, now)
-    scope = table.enabled & table.page_size_ok(demand.spec)
-    for flt in scheduler.filters:
-        if type(flt) not in IMPLIED_BY_COUNT:
-            scope = scope & flt.mask(ctx)
+    scope = fitting(table, request, scheduler, now, resources=False)
     need_cells, need_host = _need(table, request.flavor)
-    could = (need_cells <= table.cell_cap.sum(axis=1)).all(axis=1)
+    cell_cap = table.cell_cap.sum(axis=1)  # (hosts, columns): both cells together
+    could = (need_cells <= cell_cap).all(axis=1)
     could &= (need_host <= table.host_cap).all(axis=1)  # when empty: else no move can help
     candidates = np.flatnonzero(scope & could & (table.resource_counts(request.flavor) < 1))
     if candidates.size == 0:
         return None
-    short = _shortfall(table, request.flavor)[candidates]
+    short = _shortfall(table, need_cells, need_host, cell_cap)[candidates]
     rows: list[int] = candidates[np.lexsort((candidates, short))[:max_hosts]].tolist()
     index = hosted if hosted is not None else _by_host(table)
-    search = _Search(table, request, scheduler, now, keep_traits)
+    need = need_cells.tolist() + need_host.tolist()
+    search = _Search(table, request, scheduler, now, keep_traits, need)
     for budget in range(1, max_migrations + 1):
         for row in rows:
             moves = search.host(row, index.get(table.names[row], ()), budget)
@@ -97,12 +94,25 @@ def plan_admission(
     return None
 
 
-def fitting(table: HostTable, request: RequestSpec, scheduler: FilterScheduler, now: float) -> Mask:
-    """Hosts that pass every one of the scheduler's filters for `request` now."""
-    ctx = Context(table, request, table.demand(request.flavor), now)
+def fitting(
+    table: HostTable,
+    request: RequestSpec,
+    scheduler: FilterScheduler,
+    now: float,
+    *,
+    resources: bool = True,
+) -> Mask:
+    """Hosts that pass every one of the scheduler's filters for `request` now; with
+    `resources=False` only those a NUMA-exact count does not imply (zone, traits, groups, ...),
+    and the huge-page size: where the request could go if room were made."""
+    demand = table.demand(request.flavor)
+    ctx = Context(table, request, demand, now)
     mask = table.enabled.copy()
+    if not resources:
+        mask &= table.page_size_ok(demand.spec)
     for flt in scheduler.filters:
-        mask &= flt.mask(ctx)
+        if resources or type(flt) not in IMPLIED_BY_COUNT:
+            mask &= flt.mask(ctx)
     return mask
 
 
@@ -116,13 +126,11 @@ def _need(table: HostTable, flavor: str) -> tuple[I64, I64]:
     return cells, d.host
 
 
-def _shortfall(table: HostTable, flavor: str) -> F64:
-    """Per host: what the flavor misses, summed over resource columns as shares of capacity
-    (0 = enough in total, only the NUMA split is wrong)."""
-    need_cells, need_host = _need(table, flavor)
+def _shortfall(table: HostTable, need_cells: I64, need_host: I64, cell_cap: I64) -> F64:
+    """Per host: what a request needing (`need_cells`, `need_host`) misses, summed over resource
+    columns as shares of capacity (0 = enough in total, only the NUMA split is wrong)."""
     cell_free = table.cell_free.sum(axis=1)  # (hosts, columns): both cells together
-    cell_cap = np.maximum(table.cell_cap.sum(axis=1), 1)
-    miss = np.maximum(need_cells - cell_free, 0) / cell_cap
+    miss = np.maximum(need_cells - cell_free, 0) / np.maximum(cell_cap, 1)
     host_miss = np.maximum(need_host - table.host_free, 0) / np.maximum(table.host_cap, 1)
     out: F64 = miss.sum(axis=1) + host_miss.sum(axis=1)
     return out
@@ -145,6 +153,7 @@ class _Search:
         scheduler: FilterScheduler,
         now: float,
         keep_traits: Iterable[str],
+        need: list[int],
     ) -> None:
         self.table = table
         self.request = request
@@ -153,8 +162,8 @@ class _Search:
         self.rules = TargetRules(
             scheduler, now, np.zeros(len(table), dtype=bool), tuple(keep_traits)
         )
-        need_cells, need_host = _need(table, request.flavor)
-        self.need = need_cells.tolist() + need_host.tolist()
+        self.need = need
+        """What the request takes: cell columns of both cells, then host columns."""
         self._sizes: dict[str, list[int]] = {}
         self._allowed: dict[Hashable, I64 | None] = {}
 
@@ -267,6 +276,4 @@ class _Search:
 
     def fits(self, row: int) -> bool:
         """The scheduler's own filters pass `row` for the request on the table as it is now."""
-        table = self.table
-        ctx = Context(table, self.request, table.demand(self.request.flavor), self.now)
-        return all(bool(flt.mask(ctx)[row]) for flt in self.scheduler.filters)
+        return bool(fitting(self.table, self.request, self.scheduler, self.now)[row])
