@@ -59,3 +59,10 @@ def test_scores_equal_the_weighted_sum_of_normalised_values(
     got = sched._scores(ctx, rows)
     assert got.dtype == np.float64
     assert np.array_equal(got, want)
+    scored = sched._tie_pool(ctx, rows)  # the compiled path of `_pick`
+    if scored is None:  # a weigher with other values than float64 decides through `_scores`
+        assert any(w.raw(ctx, rows).dtype != np.float64 for w, _ in sched.weighers)
+        return
+    scores, ties = scored
+    assert np.array_equal(scores, want)
+    assert np.array_equal(ties, np.flatnonzero(want >= want.max() - 1e-9))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from berth.core import kernels
 from berth.core.config import SchedulerConfig, check_names, parse_params
 from berth.core.errors import ClaimError, SpecError, StaleGenerationError
 from berth.core.explain import NoValidHost, diagnose
@@ -78,6 +79,7 @@ class FilterScheduler:
     ) -> None:
         self.filters = list(filters)
         self.weighers = [(w, weight) for w, weight in weighers if weight != 0.0]
+        self._weights = np.array([weight for _, weight in self.weighers], dtype=np.float64)
         self.host_subset_size = host_subset_size
         self.max_attempts = max_attempts
 
@@ -217,14 +219,35 @@ class FilterScheduler:
             return self._choose(ctx, rows, seed, step)[0]
         if not self.weighers:  # every score is 0: all hosts tie
             return int(rows[_mix(seed, step, rows.size) % rows.size])
-        scores = self._scores(ctx, rows)
-        best = scores[scores.argmax()]  # `max`, for less
-        pool = (scores >= best - _TIE).nonzero()[0]
+        scored = self._tie_pool(ctx, rows)
+        if scored is None:
+            scores = self._scores(ctx, rows)
+            best = scores[scores.argmax()]  # `max`, for less
+            pool = (scores >= best - _TIE).nonzero()[0]
+        else:
+            scores, pool = scored
         if pool.size >= want:  # `_choose` draws from all tied hosts, in row order
             return int(rows[pool[_mix(seed, step, pool.size) % pool.size]])
         if pool.size == 1:
             return int(rows[pool[0]])
         return self._choose_scored(rows, scores, seed, step)[0]
+
+    def _tie_pool(self, ctx: Context, rows: I64) -> tuple[F64, I64] | None:
+        """(scores, positions of the ties for the best) in one compiled pass
+        (`kernels.tie_pool`), equal to `_scores` and its ties; None when some weigher's values
+        are not float64 or NaN (then `_scores` decides)."""
+        values = np.empty((len(self.weighers), rows.size), dtype=np.float64)
+        for j, (weigher, _) in enumerate(self.weighers):
+            raw = weigher.raw(ctx, rows)
+            if raw.dtype != np.float64:
+                return None
+            values[j] = raw
+        scores = np.empty(rows.size, dtype=np.float64)
+        ties = np.empty(rows.size, dtype=np.int64)
+        n = kernels.tie_pool(values, self._weights, scores, ties)
+        if n < 0:
+            return None
+        return scores, ties[:n]
 
     def _scores(self, ctx: Context, rows: I64) -> F64:
         """Sum of weight x min-max scaled raw values (`normalise`), weigher by weigher.

@@ -34,6 +34,8 @@ from berth.core.weighers.base import F64, I64, HostWeigher
 from berth.core.weighers.frag_host import HostOnlyCosts
 
 SMALL_ROWS = 8
+_STORE = "fragmentation host-only"
+"""`HostTable.state` key of the kept costs (`frag_host.HostOnlyCosts`), with the references."""
 """Up to this many changed hosts, the cost is computed host by host in plain integers."""
 
 
@@ -81,6 +83,7 @@ class FragmentationWeigher(HostWeigher):
         super().__init__(params)
         self._largest_key: tuple[int, int] | None = None
         self._largest: list[str] = []
+        self._store_key: tuple[str, tuple[str, ...]] = (_STORE, ())
 
     def references(self, ctx: Context) -> list[str]:
         assert isinstance(self.params, FragmentationParams)
@@ -99,10 +102,13 @@ class FragmentationWeigher(HostWeigher):
         return self._largest
 
     def raw(self, ctx: Context, rows: I64) -> F64:
-        references = tuple(self.references(ctx))
+        names = self.references(ctx)
+        if tuple(names) != self._store_key[1]:  # one key per reference set, not per decision
+            self._store_key = (_STORE, tuple(names))
+        references = self._store_key[1]
         demand, table = ctx.demand, ctx.table
         store = table.state(
-            ("fragmentation host-only", references),
+            self._store_key,
             lambda: HostOnlyCosts.build(table, [table.demands[name] for name in references]),
         )
         if store is not None:  # floating flavors: every flavor's cost kept current (frag_host)
