@@ -1,9 +1,9 @@
 """The compiled kernels (`berth.core.kernels`) equal the textbook formulas they replace.
 
-`tie_pool` against ``sum_j weight_j * normalise(values_j)`` in numpy and its ties, on arbitrary
-floats (negative, huge, tiny, equal, signed zeros); `host_only_costs` against the cost formula
-in Python integers. Equal means bit for bit (only the sign of a zero may differ, which
-`array_equal` and every comparison ignore).
+`add_scaled` and `ties` against ``sum_j weight_j * normalise(values_j)`` in numpy and its
+ties, on arbitrary floats (negative, huge, tiny, equal, signed zeros); `host_only_costs`
+against the cost formula in Python integers. Equal means bit for bit (only the sign of a zero
+may differ, which `array_equal` and every comparison ignore).
 """
 
 from __future__ import annotations
@@ -28,12 +28,27 @@ WEIGHTS = st.sampled_from([1.0, -1.0, 2.0, -0.5, 0.3, 1e-3, 7.0])
 
 
 def _pool(values: np.ndarray, weights: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
+    """The engine's use of the kernels: `add_scaled` weigher by weigher, then `ties`; -1 when
+    a weigher declines (NaN). Each row is given as a column over more hosts than the
+    candidates (every other host), as a weigher's `column` is."""
     m = values.shape[1]
     scores = np.full(m + 3, 123.0)  # longer than needed: the tail must stay untouched
-    ties = np.full(m + 3, -7, dtype=np.int64)
-    n = kernels.tie_pool(values, weights, scores, ties)
+    started = False
+    for row, weight in zip(values, weights, strict=True):
+        column = np.full(2 * m, np.nan)  # hosts that are not candidates hold anything
+        column[::2] = row
+        rows = np.arange(0, 2 * m, 2, dtype=np.int64)
+        status = kernels.add_scaled(column, rows, float(weight), scores[:m], started)
+        if status < 0:
+            return -1, scores[:m], np.zeros(0, dtype=np.int64)
+        started = started or status > 0
     assert np.all(scores[m:] == 123.0)
-    return n, scores[:m], ties[: max(n, 0)]
+    if not started:
+        scores[:m] = 0.0
+    ties = np.full(m + 3, -7, dtype=np.int64)
+    n = kernels.ties(scores[:m], ties)
+    assert np.all(ties[n:] == -7)
+    return n, scores[:m], ties[:n]
 
 
 @settings(max_examples=examples(1.0), deadline=None)
@@ -42,7 +57,7 @@ def _pool(values: np.ndarray, weights: np.ndarray) -> tuple[int, np.ndarray, np.
     m=st.integers(1, 40),
     data=st.data(),
 )
-def test_tie_pool_equals_the_weighted_sum_of_normalised_values(
+def test_scores_equal_the_weighted_sum_of_normalised_values(
     k: int, m: int, data: st.DataObject
 ) -> None:
     rows = []
@@ -64,7 +79,7 @@ def test_tie_pool_equals_the_weighted_sum_of_normalised_values(
 
 
 @pytest.mark.parametrize("where", [0, 3, 6])
-def test_tie_pool_declines_nan(where: int) -> None:
+def test_nan_declines(where: int) -> None:
     values = np.arange(14, dtype=np.float64).reshape(2, 7)
     values[1, where] = np.nan
     n, _, _ = _pool(values, np.array([1.0, -1.0]))
@@ -83,7 +98,7 @@ def test_tie_pool_declines_nan(where: int) -> None:
         ([[9.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]], [1.0], [0]),  # lane 0 wins
     ],
 )
-def test_tie_pool_cases(values: list[list[float]], weights: list[float], ties: list[int]) -> None:
+def test_tie_cases(values: list[list[float]], weights: list[float], ties: list[int]) -> None:
     n, _, got = _pool(np.array(values), np.array(weights))
     assert got.tolist() == ties
     assert n == len(ties)
@@ -91,7 +106,7 @@ def test_tie_pool_cases(values: list[list[float]], weights: list[float], ties: l
 
 @pytest.mark.parametrize("at", range(10))
 @pytest.mark.parametrize("weight", [1.0, -1.0])
-def test_tie_pool_finds_the_extremes_in_every_lane(at: int, weight: float) -> None:
+def test_the_extremes_are_found_in_every_lane(at: int, weight: float) -> None:
     """The extremes are read in four lanes and a remainder: a lone minimum or maximum at any
     position scales every value (the others are then not all 0 or all 1)."""
     low = np.full(10, 5.0)
@@ -169,7 +184,9 @@ def test_host_only_costs_equal_the_integer_formula(data: st.DataObject) -> None:
     if np.abs(want).max(initial=0) >= 2**24:
         return
     out = np.full((placed + 2, n_hosts), np.nan)
-    kernels.host_only_costs(free, rows, cols, need, use, vcpus, out, first=1)
+    touched = np.zeros(n_hosts, dtype=np.int64)
+    touched[rows] = 5  # changed after version 4; the others before
+    kernels.host_only_costs(free, touched, 4, cols, need, use, vcpus, out[1 : placed + 1])
     assert np.isnan(out[0]).all()  # other flavors untouched
     assert np.isnan(out[placed + 1]).all()
     for g in range(placed):
@@ -177,3 +194,95 @@ def test_host_only_costs_equal_the_integer_formula(data: st.DataObject) -> None:
             assert out[1 + g, h] == want[g, j], (g, h)
     untouched = sorted(set(range(n_hosts)) - set(rows.tolist()))
     assert np.isnan(out[:, untouched]).all()
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.float64])
+def test_int64_columns_are_cast_as_astype(dtype: type) -> None:
+    """An int64 column is read as ``astype(float64)`` would: beyond 2**53 that rounds."""
+    column: np.ndarray = np.array(
+        [2**53 + 1, 3, 2**62 + 12345, -(2**60) - 1], dtype=np.int64
+    ).astype(dtype)
+    rows = np.array([0, 2, 3], dtype=np.int64)
+    scores = np.empty(3)
+    assert kernels.add_scaled(column, rows, -0.5, scores, False) == 1
+    assert np.array_equal(scores, -0.5 * normalise(column[rows].astype(np.float64)))
+
+
+@settings(max_examples=examples(1.0), deadline=None)
+@given(data=st.data())
+def test_select_rows_equals_the_masks(data: st.DataObject) -> None:
+    n_hosts = data.draw(st.integers(1, 40))
+    n_cols = data.draw(st.integers(1, 5))
+    free = np.asfortranarray(
+        np.array(
+            [[data.draw(st.integers(-5, 20)) for _ in range(n_cols)] for _ in range(n_hosts)],
+            dtype=np.int64,
+        )
+    )
+    bounds = np.array(
+        data.draw(
+            st.lists(
+                st.tuples(st.integers(0, n_cols - 1), st.integers(-5, 20)), min_size=1, max_size=4
+            )
+        ),
+        dtype=np.int64,
+    )
+    passed = np.array(data.draw(st.lists(st.booleans(), min_size=n_hosts, max_size=n_hosts)))
+    if data.draw(st.booleans()):
+        passed[:] = True
+        passed.flags.writeable = False  # as the table's shared all-True mask
+    want = passed.copy()
+    for column, least in bounds.tolist():
+        want &= free[:, column] >= least
+    out = np.full(n_hosts, -1, dtype=np.int64)
+    n = kernels.select_rows(passed, free, bounds, out)
+    assert out[:n].tolist() == np.flatnonzero(want).tolist()
+
+
+@settings(max_examples=examples(1.0), deadline=None)
+@given(data=st.data())
+def test_take_footprint_takes_all_or_nothing_and_give_back_undoes_it(data: st.DataObject) -> None:
+    n_hosts, width = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 4))
+    small = st.integers(-2, 6)
+    cells = np.asfortranarray(
+        np.array(
+            data.draw(st.lists(small, min_size=n_hosts * 2 * width, max_size=n_hosts * 2 * width))
+        )
+        .reshape(n_hosts, 2, width)
+        .astype(np.int64)
+    )
+    hosts = np.asfortranarray(
+        np.array(data.draw(st.lists(small, min_size=n_hosts * 3, max_size=n_hosts * 3)))
+        .reshape(n_hosts, 3)
+        .astype(np.int64)
+    )
+    cell_use = np.array(data.draw(st.lists(small, min_size=2 * width, max_size=2 * width)))
+    cell_use = cell_use.reshape(2, width).astype(np.int64)
+    host_use = np.array(data.draw(st.lists(small, min_size=3, max_size=3)), dtype=np.int64)
+    counters = (
+        np.arange(n_hosts, dtype=np.int32),
+        np.arange(n_hosts, dtype=np.int64) * 10,
+        np.zeros(n_hosts, dtype=np.int64),
+    )
+    row = data.draw(st.integers(0, n_hosts - 1))
+    arrays: list[np.ndarray] = [cells, hosts, *counters]
+    before = [a.copy() for a in arrays]
+    fits = (cells[row] - cell_use >= 0).all() and (hosts[row] - host_use >= 0).all()
+    assert kernels.take_footprint(cells, hosts, row, cell_use, host_use, *counters, 7) == fits
+    if not fits:  # nothing changed
+        for now, then in zip(arrays, before, strict=True):
+            assert np.array_equal(now, then)
+        return
+    assert np.array_equal(cells[row], before[0][row] - cell_use)
+    assert np.array_equal(hosts[row], before[1][row] - host_use)
+    assert counters[0][row] == before[2][row] + 1
+    assert counters[1][row] == before[3][row] + 1
+    assert counters[2][row] == 7
+    kernels.give_back_footprint(cells, hosts, row, cell_use, host_use, *counters, 8)
+    assert np.array_equal(cells, before[0])
+    assert np.array_equal(hosts, before[1])
+    assert np.array_equal(counters[0], before[2])
+    assert counters[1][row] == before[3][row] + 2  # generations only move on
+    assert counters[2][row] == 8
+    others = np.arange(n_hosts) != row
+    assert np.array_equal(counters[1][others], before[3][others])

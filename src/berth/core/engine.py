@@ -29,7 +29,9 @@ from berth.core.weighers.base import HostWeigher, normalise
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 
-_TIE = 1e-9
+_TIE = kernels.TIE
+_COLUMN_TYPES = (np.dtype(np.float64), np.dtype(np.int64))
+"""Weigher columns the compiled scoring reads as they are (cast to float64 as ``astype``)."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,7 @@ class FilterScheduler:
     ) -> None:
         self.filters = list(filters)
         self.weighers = [(w, weight) for w, weight in weighers if weight != 0.0]
-        self._weights = np.array([weight for _, weight in self.weighers], dtype=np.float64)
+        self._arange = np.zeros(0, dtype=np.int64)
         self.host_subset_size = host_subset_size
         self.max_attempts = max_attempts
 
@@ -195,11 +197,21 @@ class FilterScheduler:
         ctx = Context(table, request, demand, now)
         everyone = table.everyone()
         mask = everyone
+        bounds: list[tuple[int, int]] = []
         for flt in self.filters:  # static and dynamic alike: one instance, one pass
+            bound = flt.host_minimum(ctx)
+            if bound is not None:  # free column >= minimum: checked in `select_rows` below
+                bounds.append(bound)
+                continue
             m = flt.mask(ctx)
             if m is not everyone:  # the shared all-True mask of a filter that does not apply
                 mask = m if mask is everyone else mask & m  # never written in place
-        rows = mask.nonzero()[0]
+        if bounds:
+            found = np.empty(len(table), dtype=np.int64)
+            n = kernels.select_rows(mask, table.host_free, np.array(bounds, dtype=np.int64), found)
+            rows = found[:n]
+        else:
+            rows = mask.nonzero()[0]
         if rows.size == 0:
             raise NoValidHost(diagnose(ctx, self.filters, instance=1))
         chosen = self._pick(ctx, rows, seed, 0)
@@ -233,21 +245,36 @@ class FilterScheduler:
         return self._choose_scored(rows, scores, seed, step)[0]
 
     def _tie_pool(self, ctx: Context, rows: I64) -> tuple[F64, I64] | None:
-        """(scores, positions of the ties for the best) in one compiled pass
-        (`kernels.tie_pool`), equal to `_scores` and its ties; None when some weigher's values
-        are not float64 or NaN (then `_scores` decides)."""
-        values = np.empty((len(self.weighers), rows.size), dtype=np.float64)
-        for j, (weigher, _) in enumerate(self.weighers):
-            raw = weigher.raw(ctx, rows)
-            if raw.dtype != np.float64:
+        """(scores, positions of the ties for the best), equal to `_scores` and its ties, in
+        compiled passes (`kernels.add_scaled` per weigher, gathering the candidates from its
+        `column` when it has one, then `kernels.ties`); None when some weigher's raw values
+        are not float64 or hold a NaN (then `_scores` decides)."""
+        m = rows.size
+        scores = np.empty(m, dtype=np.float64)
+        started = False
+        for weigher, weight in self.weighers:
+            column = weigher.column(ctx)
+            if column is not None and column.dtype in _COLUMN_TYPES and column.ndim == 1:
+                status = kernels.add_scaled(column, rows, weight, scores, started)
+            else:
+                raw = weigher.raw(ctx, rows)
+                if raw.dtype != np.float64:
+                    return None
+                status = kernels.add_scaled(raw, self._identity(m), weight, scores, started)
+            if status < 0:
                 return None
-            values[j] = raw
-        scores = np.empty(rows.size, dtype=np.float64)
-        ties = np.empty(rows.size, dtype=np.int64)
-        n = kernels.tie_pool(values, self._weights, scores, ties)
-        if n < 0:
-            return None
-        return scores, ties[:n]
+            started = started or status > 0
+        if not started:  # every weigher's values are all equal: every host ties
+            scores.fill(0.0)
+        ties = np.empty(m, dtype=np.int64)
+        return scores, ties[: kernels.ties(scores, ties)]
+
+    def _identity(self, m: int) -> I64:
+        """``arange(m)`` (a read-only view of one kept array): the rows of raw values."""
+        if self._arange.size < m:
+            self._arange = np.arange(max(m, 2 * self._arange.size), dtype=np.int64)
+            self._arange.flags.writeable = False
+        return self._arange[:m]
 
     def _scores(self, ctx: Context, rows: I64) -> F64:
         """Sum of weight x min-max scaled raw values (`normalise`), weigher by weigher.

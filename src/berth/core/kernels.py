@@ -1,18 +1,25 @@
-"""Compiled kernels for the two hottest loops of a decision, over the same columns.
+"""Compiled kernels for the hot loops of a decision and its claim, over the same columns.
 
-A Berth decision is about 35 numpy calls on a few hundred candidate hosts; each call costs about
-a microsecond whatever its size, so the calls, not the arithmetic, set the speed. These kernels
-do the same arithmetic in one compiled pass each (numba, compiled on first use and cached on
-disk), with the same IEEE operations in the same order, so their results equal the numpy code
-they replace bit for bit (`tests/core/test_kernels.py` checks both against it):
+A decision used to be about 35 numpy calls on a few hundred candidate hosts; each call costs
+about a microsecond whatever its size, so the calls, not the arithmetic, set the speed. These
+kernels do the same arithmetic in one compiled pass each (numba, compiled on first use and cached
+on disk), with the same IEEE operations in the same order, so their results equal the numpy
+code they replace bit for bit (`tests/core/test_kernels.py` checks them against the formulas,
+and the engine's and table's own tests compare the lean path with the general one):
 
-* `tie_pool`: the engine's weighted sum of min-max scaled raw values (`FilterScheduler._scores`)
-  and the hosts that tie for the best score (`FilterScheduler._pick`).
+* `add_scaled` and `ties`: the engine's weighted sum of min-max scaled raw values
+  (`FilterScheduler._scores`), gathering the candidates from a weigher's column
+  (`HostWeigher.column`), and the hosts that tie for the best score (`FilterScheduler._pick`).
+* `select_rows`: the candidates of the engine's lean path, from the filters that compare one
+  free host column with a minimum (`HostFilter.host_minimum`) and the others' masks.
+* `take_footprint` and `give_back_footprint`: a claim's and a release's columns and counters
+  on one host (`HostTable.claim_planned`, `HostTable.release`).
 * `host_only_costs`: the fragmentation weigher's cost of every placed host-only flavor on some
   hosts (`weighers.frag_host`), in integers.
 
 numba is imported on the first call, not at import time, so commands that never decide never
-pay for it.
+pay for it. The first call of a kernel also binds its public name in this module to the
+compiled function, so later calls (``kernels.name(...)``) skip the Python wrapper.
 """
 
 from __future__ import annotations
@@ -33,59 +40,76 @@ _compiled: dict[str, Callable[..., Any]] = {}
 
 
 def _kernel(name: str, source: Callable[..., Any]) -> Callable[..., Any]:
-    """`source` compiled with numba (once per process; the machine code is cached on disk)."""
+    """`source` compiled with numba (once per process; the machine code is cached on disk),
+    bound to the module's `name` in place of its wrapper (which returns the same values)."""
     found = _compiled.get(name)
     if found is None:
         from numba import njit  # imported here: 0.3 s that only deciding needs
 
         found = _compiled[name] = njit(cache=True, nogil=True)(source)
+        globals()[name] = found
     return found
 
 
-def _tie_pool(values: F64, weights: F64, scores: F64, ties: I64) -> int:
-    k, m = values.shape
+def _add_scaled(values: F64 | I64, rows: I64, weight: float, scores: F64, started: bool) -> int:
+    m = rows.size
     end = m - m % 4
-    started = False
-    for j in range(k):
-        row = values[j]
-        # min and max in four independent lanes (a chain of compares through one pair of
-        # registers costs three times as much); which of equal values wins changes at most the
-        # sign of a zero, which no comparison of scores sees
-        lo0 = lo1 = lo2 = lo3 = hi0 = hi1 = hi2 = hi3 = row[0]
-        nan = False
-        for i in range(0, end, 4):
-            a, b, c, d = row[i], row[i + 1], row[i + 2], row[i + 3]
-            nan |= (a != a) | (b != b) | (c != c) | (d != d)
-            lo0 = a if a < lo0 else lo0
-            lo1 = b if b < lo1 else lo1
-            lo2 = c if c < lo2 else lo2
-            lo3 = d if d < lo3 else lo3
-            hi0 = a if a > hi0 else hi0
-            hi1 = b if b > hi1 else hi1
-            hi2 = c if c > hi2 else hi2
-            hi3 = d if d > hi3 else hi3
-        for i in range(end, m):
-            a = row[i]
-            nan |= a != a
-            lo0 = a if a < lo0 else lo0
-            hi0 = a if a > hi0 else hi0
-        if nan:
-            return -1
-        lo = min(min(lo0, lo1), min(lo2, lo3))
-        hi = max(max(hi0, hi1), max(hi2, hi3))
-        if hi <= lo:  # all equal: `normalise` gives zeros, which add nothing
-            continue
-        span = hi - lo
-        weight = weights[j]
-        if started:
-            for i in range(m):
-                scores[i] = scores[i] + ((row[i] - lo) / span) * weight
-        else:
-            for i in range(m):
-                scores[i] = ((row[i] - lo) / span) * weight
-            started = True
-    if not started:
-        scores[:m] = 0.0
+    # min and max in four independent lanes (a chain of compares through one pair of registers
+    # costs three times as much); which of equal values wins changes at most the sign of a
+    # zero, which no comparison of scores sees
+    first = float(values[rows[0]]) if m else 0.0
+    lo0 = lo1 = lo2 = lo3 = hi0 = hi1 = hi2 = hi3 = first
+    nan = False
+    for i in range(0, end, 4):
+        a = float(values[rows[i]])
+        b = float(values[rows[i + 1]])
+        c = float(values[rows[i + 2]])
+        d = float(values[rows[i + 3]])
+        nan |= (a != a) | (b != b) | (c != c) | (d != d)
+        lo0 = a if a < lo0 else lo0
+        lo1 = b if b < lo1 else lo1
+        lo2 = c if c < lo2 else lo2
+        lo3 = d if d < lo3 else lo3
+        hi0 = a if a > hi0 else hi0
+        hi1 = b if b > hi1 else hi1
+        hi2 = c if c > hi2 else hi2
+        hi3 = d if d > hi3 else hi3
+    for i in range(end, m):
+        a = float(values[rows[i]])
+        nan |= a != a
+        lo0 = a if a < lo0 else lo0
+        hi0 = a if a > hi0 else hi0
+    if nan:
+        return -1
+    lo = min(min(lo0, lo1), min(lo2, lo3))
+    hi = max(max(hi0, hi1), max(hi2, hi3))
+    if hi <= lo:  # all equal: `normalise` gives zeros, which add nothing
+        return 0
+    span = hi - lo
+    if started:
+        for i in range(m):
+            scores[i] = scores[i] + ((float(values[rows[i]]) - lo) / span) * weight
+    else:
+        for i in range(m):
+            scores[i] = ((float(values[rows[i]]) - lo) / span) * weight
+    return 1
+
+
+def add_scaled(values: F64 | I64, rows: I64, weight: float, scores: F64, started: bool) -> int:
+    """Add one weigher's term to the candidates' scores: ``weight * normalise(raw)``.
+
+    ``raw[i] = float(values[rows[i]])``: `values` is the weigher's column over every host (int64
+    or float64, cast exactly as ``astype``) or its raw values with ``rows = arange``. Writes
+    ``scores[:len(rows)]`` (adds when `started`, else sets). Returns 1 when it wrote, 0 when
+    every value is equal (``normalise`` gives zeros, which add nothing: nothing written), -1
+    when some value is NaN (nothing written; the caller falls back to numpy).
+    """
+    return int(_kernel("add_scaled", _add_scaled)(values, rows, weight, scores, started))
+
+
+def _ties(scores: F64, out: I64) -> int:
+    m = scores.size
+    end = m - m % 4
     b0 = b1 = b2 = b3 = scores[0]
     for i in range(0, end, 4):
         a, b, c, d = scores[i], scores[i + 1], scores[i + 2], scores[i + 3]
@@ -99,32 +123,53 @@ def _tie_pool(values: F64, weights: F64, scores: F64, ties: I64) -> int:
     n = 0
     for i in range(m):
         if scores[i] >= floor:
-            ties[n] = i
+            out[n] = i
             n += 1
     return n
 
 
-def tie_pool(values: F64, weights: F64, scores: F64, ties: I64) -> int:
-    """Score the candidates and list the ties for the best score.
+def ties(scores: F64, out: I64) -> int:
+    """Write the positions of the scores within `TIE` of the best, ascending, into `out`;
+    return how many. `scores` is not empty and holds no NaN."""
+    return int(_kernel("ties", _ties)(scores, out))
 
-    `values` (weighers, candidates): each weigher's raw values; `weights` (weighers,). Writes
-    ``sum_j weight_j * (values_j - min_j) / (max_j - min_j)`` into ``scores[:candidates]``,
-    skipping weighers whose values are all equal (as `normalise`, whose zeros add nothing), and
-    the positions of the candidates within `TIE` of the best, ascending, into ``ties``;
-    returns how many tie, or -1 when some value is NaN (the caller falls back to numpy).
-    """
-    return int(_kernel("tie_pool", _tie_pool)(values, weights, scores, ties))
+
+def _select_rows(passed: Any, free: I64, bounds: I64, out: I64) -> int:
+    # column by column into a scratch mask (loops that vectorise), then one compaction pass
+    n_hosts = passed.size
+    ok = np.empty(n_hosts, dtype=np.bool_)
+    column, least = free[:, bounds[0, 0]], bounds[0, 1]
+    for h in range(n_hosts):
+        ok[h] = passed[h] & (column[h] >= least)
+    for k in range(1, bounds.shape[0]):
+        column, least = free[:, bounds[k, 0]], bounds[k, 1]
+        for h in range(n_hosts):
+            ok[h] &= column[h] >= least
+    n = 0
+    for h in range(n_hosts):
+        out[n] = h  # written always, kept when it passes: no branch to mispredict
+        n += ok[h]
+    return n
+
+
+def select_rows(passed: npt.NDArray[np.bool_], free: I64, bounds: I64, out: I64) -> int:
+    """Write the hosts (ascending) that pass the mask `passed` and hold at least
+    ``bounds[k, 1]`` of column ``bounds[k, 0]`` of `free` for every k into `out`; return
+    how many: ``flatnonzero(passed & (free[:, c0] >= m0) & ...)``. `bounds` has at least
+    one row; `out` room for every host."""
+    return int(_kernel("select_rows", _select_rows)(passed, free, bounds, out))
 
 
 def _host_only_costs(
-    free: I64, rows: I64, cols: I64, need: I64, use: F64, vcpus: I64, out: F64, first: int
+    free: I64, touched: I64, since: int, cols: I64, need: I64, use: F64, vcpus: I64, out: F64
 ) -> None:
     n_cols, n_refs = need.shape
     width = use.shape[1]
     count = np.empty(width, dtype=np.float64)
     kept = np.empty(width, dtype=np.float64)
-    for r in range(rows.size):
-        host = rows[r]
+    for host in range(touched.size):
+        if touched[host] <= since:
+            continue
         kept[:] = 0.0
         for f in range(n_refs):
             started = False
@@ -150,13 +195,15 @@ def _host_only_costs(
                 if count[g] > 0.0:
                     kept[g] += weight * count[g]
         for g in range(1, width):
-            out[first + g - 1, host] = kept[g] - kept[0]
+            out[g - 1, host] = kept[g] - kept[0]
 
 
 def host_only_costs(
-    free: I64, rows: I64, cols: I64, need: I64, use: F64, vcpus: I64, out: F64, first: int = 0
+    free: I64, touched: I64, since: int, cols: I64, need: I64, use: F64, vcpus: I64, out: F64
 ) -> None:
-    """``-cost_g(h)`` of `weighers.frag_host` on `rows`, into ``out[first + g - 1, h]``.
+    """``-cost_g(h)`` of `weighers.frag_host` on the hosts h touched after version `since`
+    (``touched[h] > since``: one scan of the table's versions, cheaper than listing them), into
+    ``out[g - 1, h]``.
 
     `free` (hosts, columns): free host columns; `cols` (C,) the columns the references need;
     `need` (C, F) what each reference needs of them (0: not counted); `use` (C, 1 + G) what each
@@ -169,16 +216,119 @@ def host_only_costs(
     the integer floor division (the rounding error is below the gap to the next integer); the
     counts and sums are integers the caller keeps below 2**24.
     """
-    _kernel("host_only_costs", _host_only_costs)(free, rows, cols, need, use, vcpus, out, first)
+    kernel = _kernel("host_only_costs", _host_only_costs)
+    kernel(free, touched, since, cols, need, use, vcpus, out)
+
+
+def _take_footprint(
+    cell_free: I64,
+    host_free: I64,
+    row: int,
+    cell_use: I64,
+    host_use: I64,
+    n_instances: Any,
+    generation: I64,
+    touched: I64,
+    version: int,
+) -> bool:
+    cells, width = cell_use.shape
+    for c in range(cells):
+        for j in range(width):
+            if cell_free[row, c, j] - cell_use[c, j] < 0:
+                return False
+    for j in range(host_use.size):
+        if host_free[row, j] - host_use[j] < 0:
+            return False
+    for c in range(cells):
+        for j in range(width):
+            cell_free[row, c, j] -= cell_use[c, j]
+    for j in range(host_use.size):
+        host_free[row, j] -= host_use[j]
+    n_instances[row] += 1
+    generation[row] += 1
+    touched[row] = version
+    return True
+
+
+def take_footprint(
+    cell_free: I64,
+    host_free: I64,
+    row: int,
+    cell_use: I64,
+    host_use: I64,
+    n_instances: Any,
+    generation: I64,
+    touched: I64,
+    version: int,
+) -> bool:
+    """The columns and counters of one claim on `row`, or nothing: when every free column of
+    the row stays >= 0 after taking the footprint, take it, count one more instance, bump the
+    generation, mark the row touched at `version` and return True; else change nothing and
+    return False (the caller's general path then names what does not fit)."""
+    kernel = _kernel("take_footprint", _take_footprint)
+    args = (cell_free, host_free, row, cell_use, host_use, n_instances, generation, touched)
+    return bool(kernel(*args, version))
+
+
+def _give_back_footprint(
+    cell_free: I64,
+    host_free: I64,
+    row: int,
+    cell_use: I64,
+    host_use: I64,
+    n_instances: Any,
+    generation: I64,
+    touched: I64,
+    version: int,
+) -> None:
+    cells, width = cell_use.shape
+    for c in range(cells):
+        for j in range(width):
+            cell_free[row, c, j] += cell_use[c, j]
+    for j in range(host_use.size):
+        host_free[row, j] += host_use[j]
+    n_instances[row] -= 1
+    generation[row] += 1
+    touched[row] = version
+
+
+def give_back_footprint(
+    cell_free: I64,
+    host_free: I64,
+    row: int,
+    cell_use: I64,
+    host_use: I64,
+    n_instances: Any,
+    generation: I64,
+    touched: I64,
+    version: int,
+) -> None:
+    """The columns and counters of one release on `row`: `take_footprint` undone, except that
+    the generation moves on and the row is touched at `version`."""
+    kernel = _kernel("give_back_footprint", _give_back_footprint)
+    kernel(cell_free, host_free, row, cell_use, host_use, n_instances, generation, touched, version)
 
 
 def prepare() -> None:
     """Compile every kernel (or load it from the disk cache) for the argument types decisions
     pass, so that no decision pays for it: the simulator calls this before it times a replay,
     the service before it serves. Safe to call again (then it costs nothing)."""
-    tie_pool(
-        np.zeros((1, 2)), np.ones(1), np.empty(2), np.empty(2, dtype=np.int64)
-    )  # C-ordered, as the engine builds them
+    rows = np.zeros(1, dtype=np.int64)
+    scores = np.zeros(1)
+    for column in (np.zeros(1), rows):  # float64 and int64 columns, both contiguous
+        add_scaled(column, rows, 1.0, scores, False)
+    ties(scores, rows.copy())
     free = np.zeros((2, 2), dtype=np.int64, order="F")  # a table's resource-major columns
-    ones = np.ones(1, dtype=np.int64)
-    host_only_costs(free, ones, ones, ones.reshape(1, 1), np.zeros((1, 2)), ones, np.empty((1, 2)))
+    passed = np.ones(2, dtype=bool)
+    select_rows(passed, free, np.zeros((1, 2), dtype=np.int64), np.empty(2, dtype=np.int64))
+    passed.flags.writeable = False  # the table's shared all-True mask
+    select_rows(passed, free, np.zeros((1, 2), dtype=np.int64), np.empty(2, dtype=np.int64))
+    cells = np.zeros((2, 2, 2), dtype=np.int64, order="F")  # resource-major, as `free`
+    counters = (np.zeros(2, dtype=np.int32), np.zeros(2, dtype=np.int64), np.zeros(2, np.int64))
+    for writable in (False, True):  # shared footprints of a flavor are read-only
+        cell_use, host_use = np.zeros((2, 2), dtype=np.int64), np.zeros(2, dtype=np.int64)
+        cell_use.flags.writeable = host_use.flags.writeable = writable
+        take_footprint(cells, free, 0, cell_use, host_use, *counters, 1)
+        give_back_footprint(cells, free, 0, cell_use, host_use, *counters, 2)
+    one, touched, need = np.ones(1, np.int64), np.ones(2, np.int64), np.ones((1, 1), np.int64)
+    host_only_costs(free, touched, 0, one, need, np.zeros((1, 2)), one, np.empty((1, 2)))

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from berth.core import numa_rows
+from berth.core import kernels, numa_rows
 from berth.core.demand import Demand, build_demand
 from berth.core.errors import ClaimError, FleetError, SpecError, StaleGenerationError
 from berth.core.flavors import FlavorSpec, NumaMode, SpecMatch, parse_flavor
@@ -100,13 +100,11 @@ class KeyedValues:
 
 @dataclass(frozen=True, eq=False)
 class FixedPlan:
-    """A footprint that does not depend on the host: read-only arrays and their nonzero
-    entries as Python integers ((cell, column, amount) and (column, amount))."""
+    """A footprint that does not depend on the host, as read-only arrays shared by every
+    allocation of the flavor."""
 
     cell_use: I64
     host_use: I64
-    cell_cols: tuple[tuple[int, int, int], ...]
-    host_cols: tuple[tuple[int, int], ...]
 
     @classmethod
     def of(cls, cell_use: I64, host_use: I64) -> FixedPlan:
@@ -114,11 +112,7 @@ class FixedPlan:
         hosts = np.array(host_use, dtype=np.int64)
         cells.flags.writeable = False
         hosts.flags.writeable = False
-        cell_cols = tuple(
-            (c, col, v) for c, row in enumerate(cells.tolist()) for col, v in enumerate(row) if v
-        )
-        host_cols = tuple((col, v) for col, v in enumerate(hosts.tolist()) if v)
-        return cls(cells, hosts, cell_cols, host_cols)
+        return cls(cells, hosts)
 
 
 @dataclass(frozen=True)
@@ -462,6 +456,10 @@ class HostTable:
     def _touch(self, row: int) -> None:
         self.version += 1
         self.touched[row] = self.version
+        self._log_row(row)
+
+    def _log_row(self, row: int) -> None:
+        """Append `row` to the touch log (its version is `version`), trimmed when long."""
         self._log.append(row)
         if len(self._log) > LOG_KEEP:
             drop = len(self._log) - LOG_KEEP // 2
@@ -509,9 +507,11 @@ class HostTable:
 
         For the engine's lean path (one decision, then its claim). The same checks, the same
         allocation and the same errors; a footprint that does not depend on the host is checked
-        and applied column by column in plain integers, and its arrays are shared, read-only,
-        by every allocation of the flavor (no copies).
+        and applied in one compiled pass (`kernels.take_footprint`), and its arrays are shared,
+        read-only, by every allocation of the flavor (no copies).
         """
+        if not 0 <= row < len(self.names):  # the kernel reads the row unchecked
+            raise ClaimError(f"no host at row {row}")
         fixed = self._fixed_for(flavor)
         spec = self.demand(flavor).spec
         if (
@@ -531,32 +531,33 @@ class HostTable:
                 project=project,
             )
         assert isinstance(fixed, FixedPlan)
-        cell_free, host_free = self.cell_free, self.host_free
         # as `claim`: refused if any column (used or not) would be negative afterwards
-        cells, hosts = cell_free[row].tolist(), host_free[row].tolist()
-        for c, col, v in fixed.cell_cols:
-            cells[c][col] -= v
-        for col, v in fixed.host_cols:
-            hosts[col] -= v
-        if min(hosts) < 0 or min(min(cell) for cell in cells) < 0:
+        version = self.version + 1
+        if not kernels.take_footprint(
+            self.cell_free,
+            self.host_free,
+            row,
+            fixed.cell_use,
+            fixed.host_use,
+            self.n_instances,
+            self.generation,
+            self.touched,
+            version,
+        ):
             cell_use, host_use = self.plan_for(flavor, row)
             return self.claim(instance_id, self.names[row], flavor, cell_use, host_use)
-        for c, col, v in fixed.cell_cols:
-            cell_free[row, c, col] -= v
-        for col, v in fixed.host_cols:
-            host_free[row, col] -= v
-        return self._record(
-            row,
-            Allocation(
-                instance_id,
-                self.names[row],
-                flavor,
-                fixed.cell_use,
-                fixed.host_use,
-                server_group,
-                project,
-            ),
+        self.version = version
+        self._log_row(row)
+        alloc = Allocation(
+            instance_id,
+            self.names[row],
+            flavor,
+            fixed.cell_use,
+            fixed.host_use,
+            server_group,
+            project,
         )
+        return self._enter(row, alloc)
 
     def claim(
         self,
@@ -623,6 +624,10 @@ class HostTable:
         self.n_instances[row] += 1
         self.generation[row] += 1
         self._touch(row)
+        return self._enter(row, alloc)
+
+    def _enter(self, row: int, alloc: Allocation) -> Allocation:
+        """A claim's entries beyond its columns and counters: its group's rows, the allocation."""
         if alloc.server_group is not None:
             rows = self.group_rows.setdefault(alloc.server_group, {})
             rows[row] = rows.get(row, 0) + 1
@@ -659,20 +664,19 @@ class HostTable:
         except KeyError:
             raise ClaimError(f"unknown instance {instance_id!r}") from None
         row = self.index[alloc.host]
-        fixed = self._fixed_plans.get(alloc.flavor)
-        if isinstance(fixed, FixedPlan) and alloc.host_use is fixed.host_use:
-            # a shared host-independent footprint (`claim_planned`): its columns alone
-            cell_free, host_free = self.cell_free, self.host_free
-            for c, col, v in fixed.cell_cols:
-                cell_free[row, c, col] += v
-            for col, v in fixed.host_cols:
-                host_free[row, col] += v
-        else:
-            self.cell_free[row] += alloc.cell_use
-            self.host_free[row] += alloc.host_use
-        self.n_instances[row] -= 1
-        self.generation[row] += 1
-        self._touch(row)
+        self.version += 1
+        kernels.give_back_footprint(
+            self.cell_free,
+            self.host_free,
+            row,
+            alloc.cell_use,
+            alloc.host_use,
+            self.n_instances,
+            self.generation,
+            self.touched,
+            self.version,
+        )
+        self._log_row(row)
         if alloc.server_group is not None:
             rows = self.group_rows[alloc.server_group]
             rows[row] -= 1

@@ -75,6 +75,13 @@ class HostFilter(ABC):
     @abstractmethod
     def mask(self, ctx: Context) -> Mask: ...
 
+    def host_minimum(self, ctx: Context) -> tuple[int, int] | None:
+        """``(column, minimum)`` when `mask` is exactly ``ctx.host_free[:, column] >= minimum``:
+        then the engine's lean path selects the candidates in one compiled pass over the
+        table (`kernels.select_rows`) instead of building this mask. None (the default):
+        the engine calls `mask`."""
+        return None
+
     def explain(self, ctx: Context, failed: Mask) -> list[tuple[Rejection, Mask]]:
         """Split `failed` (hosts this filter rejected) into reasons. Default: one reason."""
         return [(Rejection(self.name, self.describe(ctx)), failed)]

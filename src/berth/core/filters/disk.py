@@ -23,6 +23,10 @@ class DiskFilter(HostFilter):
             return ctx.table.everyone()
         return ctx.host_free[:, self._column(ctx)] >= need
 
+    def host_minimum(self, ctx: Context) -> tuple[int, int] | None:
+        need = ctx.demand.spec.disk_gb
+        return None if need == 0 else (self._column(ctx), need)
+
     def explain(self, ctx: Context, failed: Mask) -> list[tuple[Rejection, Mask]]:
         need = ctx.demand.spec.disk_gb
         kind = ctx.demand.spec.disk_kind.value

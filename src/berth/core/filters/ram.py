@@ -18,6 +18,10 @@ class RamFilter(HostFilter):
             return ctx.table.everyone()
         return ctx.host_free[:, H_MEM] >= need
 
+    def host_minimum(self, ctx: Context) -> tuple[int, int] | None:
+        need = int(ctx.demand.host[H_MEM])
+        return None if need == 0 else (H_MEM, need)  # no need: `mask` passes everyone, free
+
     def explain(self, ctx: Context, failed: Mask) -> list[tuple[Rejection, Mask]]:
         need = int(ctx.demand.host[H_MEM])
         free = ctx.host_free[:, H_MEM].astype(np.float64)

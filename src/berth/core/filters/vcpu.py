@@ -20,6 +20,10 @@ class VcpuFilter(HostFilter):
     def mask(self, ctx: Context) -> Mask:
         return self._free(ctx) >= ctx.demand.spec.vcpus
 
+    def host_minimum(self, ctx: Context) -> tuple[int, int] | None:
+        spec = ctx.demand.spec
+        return None if spec.dedicated_cpus else (H_VCPU, spec.vcpus)
+
     def explain(self, ctx: Context, failed: Mask) -> list[tuple[Rejection, Mask]]:
         need = ctx.demand.spec.vcpus
         kind = "pinned CPUs" if ctx.demand.spec.dedicated_cpus else "vCPUs"

@@ -32,6 +32,13 @@ class HostWeigher(ABC):
     def raw(self, ctx: Context, rows: I64) -> F64:
         """Raw values for the candidate `rows` (same order)."""
 
+    def column(self, ctx: Context) -> F64 | I64 | None:
+        """The raw values of every host as one float64 or int64 array, when the weigher has
+        them at hand: then ``raw(ctx, rows)`` must equal ``column(ctx)[rows].astype(float64)``
+        and the engine gathers the candidates itself, in its compiled scoring, instead of
+        copying them. None (the default): the engine calls `raw`. Read it, never write it."""
+        return None
+
 
 def normalise(values: F64) -> F64:
     """Min-max scale to [0, 1]; all-equal values scale to 0 (they cannot change the order)."""

@@ -33,7 +33,6 @@ from berth.core.resources import H_VCPU
 from berth.core.table import INT32_MAX_INT, HostTable
 
 F64 = npt.NDArray[np.float64]
-I64 = npt.NDArray[np.int64]
 
 MAX_VALUES = 1 << 22
 """Flavors x hosts kept at most (32 MiB of float64); flavors beyond fall back to the weigher's
@@ -98,7 +97,7 @@ class HostOnlyCosts:
             use = d.host[self.cols][:, None].astype(np.float64)  # exact: below 2**31
             column = np.empty((1, len(table)), dtype=np.float64)
             alone = np.ascontiguousarray(np.hstack([self.use[:, :1], use]))
-            self._costs(table, np.arange(len(table), dtype=np.int64), alone, column)
+            self._costs(table, -1, alone, column)  # every host: versions are >= 0
             i = self.flavors[name] = self.neg.shape[0]
             self.use = np.ascontiguousarray(np.hstack([self.use, use]))
             self.neg = np.vstack([self.neg, column])
@@ -107,13 +106,11 @@ class HostOnlyCosts:
     def _update(self, table: HostTable) -> None:
         if self.seen == table.version:
             return
-        recent = table.recent_changes(self.seen)
-        seen, self.seen = self.seen, table.version
-        if not self.flavors:
-            return
-        # a row changed twice is computed twice: cheaper than removing repeats
-        rows = table.changed_since(seen) if recent is None else np.array(recent, dtype=np.int64)
-        self._costs(table, rows, self.use, self.neg)
+        if self.flavors:
+            self._costs(table, self.seen, self.use, self.neg)
+        self.seen = table.version
 
-    def _costs(self, table: HostTable, rows: I64, use: F64, out: F64) -> None:
-        kernels.host_only_costs(table.host_free, rows, self.cols, self.need, use, self.vcpus, out)
+    def _costs(self, table: HostTable, since: int, use: F64, out: F64) -> None:
+        kernels.host_only_costs(
+            table.host_free, table.touched, since, self.cols, self.need, use, self.vcpus, out
+        )

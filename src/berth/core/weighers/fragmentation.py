@@ -101,20 +101,29 @@ class FragmentationWeigher(HostWeigher):
             self._largest_key = key
         return self._largest
 
-    def raw(self, ctx: Context, rows: I64) -> F64:
+    def _kept(self, ctx: Context) -> F64 | None:
+        """-cost on every host from the kept costs of floating flavors (`frag_host`), or None
+        (a flavor or reference with NUMA, PCI, pinned CPUs or huge pages; a full store)."""
         names = self.references(ctx)
         if tuple(names) != self._store_key[1]:  # one key per reference set, not per decision
             self._store_key = (_STORE, tuple(names))
         references = self._store_key[1]
-        demand, table = ctx.demand, ctx.table
+        table = ctx.table
         store = table.state(
             self._store_key,
             lambda: HostOnlyCosts.build(table, [table.demands[name] for name in references]),
         )
-        if store is not None:  # floating flavors: every flavor's cost kept current (frag_host)
-            neg = store.row(table, demand)
-            if neg is not None:
-                return neg.take(rows)
+        return None if store is None else store.row(table, ctx.demand)
+
+    def column(self, ctx: Context) -> F64 | None:
+        return self._kept(ctx)
+
+    def raw(self, ctx: Context, rows: I64) -> F64:
+        kept = self._kept(ctx)
+        if kept is not None:
+            return kept.take(rows)
+        references = self._store_key[1]
+        demand, table = ctx.demand, ctx.table
         refs = [table.demands[name] for name in references]
 
         caps = reference_counts(table, references)  # cap_f; `cost` only adds cap'_f

@@ -18,7 +18,10 @@ class RamWeigher(HostWeigher):
     name = "ram"
 
     def raw(self, ctx: Context, rows: I64) -> F64:
-        return ctx.host_free[:, H_MEM].take(rows).astype(np.float64)
+        return self.column(ctx).take(rows).astype(np.float64)
+
+    def column(self, ctx: Context) -> I64:
+        return ctx.host_free[:, H_MEM]
 
 
 class VcpuWeigher(HostWeigher):
@@ -38,11 +41,13 @@ class VcpuWeigher(HostWeigher):
         return self._pinned[1]
 
     def raw(self, ctx: Context, rows: I64) -> F64:
+        return self.column(ctx).take(rows).astype(np.float64)
+
+    def column(self, ctx: Context) -> I64:
         cf, hf = ctx.cell_free, ctx.host_free
         if not self._any_pinned(ctx.table):  # free pinnable CPUs are 0 everywhere: x + 0 == x
-            return hf[:, H_VCPU].take(rows).astype(np.float64)
-        free = hf[:, H_VCPU] + cf[:, 0, C_PCPU] + cf[:, 1, C_PCPU]  # contiguous columns
-        return free.take(rows).astype(np.float64)
+            return hf[:, H_VCPU]
+        return hf[:, H_VCPU] + cf[:, 0, C_PCPU] + cf[:, 1, C_PCPU]  # contiguous columns
 
 
 class DiskWeigher(HostWeigher):
