@@ -46,8 +46,11 @@ def _kernel(name: str, source: Callable[..., Any]) -> Callable[..., Any]:
     if found is None:
         from numba import njit  # imported here: 0.3 s that only deciding needs
 
-        found = _compiled[name] = njit(cache=True, nogil=True)(source)
-        globals()[name] = found
+        try:
+            found = njit(cache=True, nogil=True)(source)
+        except RuntimeError:  # no writable cache location (numba's message): memory only
+            found = njit(nogil=True)(source)
+        _compiled[name] = globals()[name] = found
     return found
 
 

@@ -83,6 +83,7 @@ class FragmentationWeigher(HostWeigher):
         super().__init__(params)
         self._largest_key: tuple[int, int] | None = None
         self._largest: list[str] = []
+        self._names: list[str] | None = None
         self._store_key: tuple[str, tuple[str, ...]] = (_STORE, ())
 
     def references(self, ctx: Context) -> list[str]:
@@ -105,8 +106,8 @@ class FragmentationWeigher(HostWeigher):
         """-cost on every host from the kept costs of floating flavors (`frag_host`), or None
         (a flavor or reference with NUMA, PCI, pinned CPUs or huge pages; a full store)."""
         names = self.references(ctx)
-        if tuple(names) != self._store_key[1]:  # one key per reference set, not per decision
-            self._store_key = (_STORE, tuple(names))
+        if names is not self._names:  # one key per list of references, not per decision
+            self._names, self._store_key = names, (_STORE, tuple(names))
         references = self._store_key[1]
         table = ctx.table
         store = table.state(
