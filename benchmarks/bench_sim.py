@@ -233,10 +233,13 @@ def speed_only(args: argparse.Namespace) -> None:
     syn_speed = synthetic_speed(generate(SyntheticConfig(seed=0)), default_evictor(), policies)
     saved["speed"] = speed
     saved["speed_hosts"] = args.speed_hosts
+    box = machine()
     saved["speed_measured"] = {
         "when": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": commit_id(),
         "command": command_line(),
+        "machine": f"{box['cpu_model'] or box['processor']} ({box['nproc']} CPUs, shared), "
+        f"Python {box['python']}, numpy {box['numpy']}, numba {box['numba']}",
     }
     out = Path(args.out)
     if args.speed_only != "-":
@@ -786,7 +789,9 @@ def speed_table(d: dict[str, Any]) -> list[str]:
     note = []
     if again:
         note = [
-            f"Re-measured alone {again['when']} at commit {again['commit']} "
+            f"Re-measured alone {again['when']} at commit {again['commit']}"
+            + (f" on {again['machine']}" if again.get("machine") else "")
+            + " "
             f"(`{again['command']}`); the sections above may come from an earlier commit, "
             "with the same placements (the fingerprints below compare them with the baseline).",
             "",
@@ -807,27 +812,29 @@ def speed_table(d: dict[str, Any]) -> list[str]:
 
 
 def floor_notes() -> list[str]:
-    """Where the lean path's time goes, per profile (profiled with cProfile, see the table)."""
+    """Where the lean path's time goes, per profile (per-call timers, see the table)."""
     return [
-        "Where the time goes (cProfile and per-call timers of the lean path at 1,000 hosts). "
-        "A classic decision (first fit, Nova's spread, best and worst fit) is two filter masks, "
-        "one weigher over the candidates, its min-max scaling (extremes read at argmin/argmax, "
-        "a weight of 1 not multiplied), the argmax and its ties, and the claim, which applies a "
-        "host-independent footprint column by column in plain integers "
-        "(`HostTable.claim_planned`; claim and release together ~5 µs): about 15 numpy calls. "
-        "The leftover weigher of best/worst fit is five passes over contiguous columns of every "
-        "host, then a gather of the candidates. Nova also draws from tied hosts more often "
-        "(about one decision in nine needs the general path's `argpartition` order) and causes "
-        "more evictions (the preemption planner, a few ms each). The berth profile's "
-        "fragmentation weigher keeps -cost of every flavor placed so far on every host "
-        "(`berth.core.weighers.frag_host`, floating flavors): after each change the changed "
-        "hosts (1-2 per decision) are looked up by free state (hits about three times in five, "
-        "~2 µs) or recomputed for all flavors (85 on this trace) in one flat vectorised pass "
-        "(~10 numpy calls, 10-17 µs), and a decision gathers its flavor's row; the RAM and vCPU "
-        "weighers and the three scalings add ~15 µs. At about 35 numpy calls per decision, "
-        "~1 µs each in the replay, the berth profile stays below 50,000 events per CPU second: "
-        "the remaining cost is the per-call overhead of numpy on ~600 candidates, not the "
-        "arithmetic.",
+        "Where the time goes (per-call timers of the lean path at 1,000 hosts; a timer adds "
+        "~0.3 µs a call). The loops of a decision run in compiled kernels "
+        "(`berth.core.kernels`, numba; the same arithmetic as the numpy they replaced, bit for "
+        "bit): the candidates in one pass over the RAM and vCPU columns of every host "
+        "(`select_rows`, ~1.5 µs), each weigher's term gathered from its column and scaled "
+        "(`add_scaled`, ~1.5 µs each), the ties for the best score (`ties`, ~1 µs), and a "
+        "claim's and a release's columns and counters (`take_footprint`, "
+        "`give_back_footprint`, ~1 µs). A classic decision (first fit, Nova's spread, best and "
+        "worst fit) is then ~20 µs, about half of it Python around the kernels: the request's "
+        "context, the plugins' method calls, the allocation record and the touch log; the "
+        "replay loop adds ~3 µs per event. Berth's decision is ~30 µs: three weigher terms "
+        "instead of one, and its fragmentation weigher, which keeps -cost of every flavor placed "
+        "so far (85 on this trace) on every host (`berth.core.weighers.frag_host`, floating "
+        "flavors): after each change one kernel pass over the table's versions recomputes the "
+        "changed hosts for every flavor in integers (~3.5 µs; the numpy version and its memo of "
+        "free states took 10-17 µs when the memo missed, one decision in two), and a decision "
+        "reads its flavor's row. Nova also draws from tied hosts more often (about one decision "
+        "in nine needs the general path's `argpartition` order) and causes more evictions (the "
+        "preemption planner, a few ms each). The general path (`select_destinations` + "
+        "`commit`) keeps the numpy scoring, so the tests that hold the lean path to the general "
+        "one also check the kernels.",
     ]
 
 

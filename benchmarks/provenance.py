@@ -10,12 +10,20 @@ import os
 import platform
 import subprocess
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 import pydantic
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "absent"
 
 
 def machine() -> dict[str, str]:
@@ -27,6 +35,7 @@ def machine() -> dict[str, str]:
         "nproc": str(os.cpu_count()),
         "python": platform.python_version(),
         "numpy": np.__version__,
+        "numba": _version("numba"),
         "pydantic": pydantic.VERSION,
         "load": " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "",
     }
