@@ -14,13 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from berth.core import numa, numa_rows
+from berth.core import numa, numa_kernels, numa_rows
 from berth.core import table as table_module
 from berth.core.errors import ClaimError
 from berth.core.filters.base import Context
+from berth.core.flavors import NumaMode
 from berth.core.request import RequestSpec
 from berth.core.table import HostTable
-from berth.core.weighers import fragmentation
 from berth.core.weighers.fragmentation import FragmentationParams, FragmentationWeigher
 from tests.builders import NOW
 from tests.core.strategies import examples, tables
@@ -72,44 +72,47 @@ def test_one_host_count_and_place_equal_the_vectorised(
             assert d.rows.host_use == host_use[r].tolist(), (name, r)
 
 
-def _weigh(table: HostTable, flavor: str, largest: int, small_rows: int) -> np.ndarray:
-    """The fragmentation weigher's raw values on every host of a cold copy of `table`,
-    with the one-host path used up to `small_rows` changed hosts."""
-    cold = table.copy()
-    cold._derived.clear()
-    weigher = FragmentationWeigher(FragmentationParams(largest=largest))
-    ctx = Context(cold, RequestSpec(flavor=flavor), cold.demand(flavor), NOW)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(fragmentation, "SMALL_ROWS", small_rows)
-        mp.setattr(table_module, "SMALL_ROWS", small_rows)
-        return weigher.raw(ctx, np.arange(len(cold)))
+def _vectorised_cost(table: HostTable, flavor: str, references: list[str]) -> np.ndarray:
+    """-cost on every host with `numa` (the weigher's formula, reference by reference in
+    float32 after int32 counts before): the reference for the compiled path."""
+    d = table.demand(flavor)
+    cf, hf = table.cell_free, table.host_free
+    cell_use, host_use = numa.place(d, cf, hf)
+    cost = np.zeros(len(table), dtype=np.float32)
+    for name in references:
+        r = table.demand(name)
+        before = np.minimum(numa.count(r, cf, hf), 2**31 - 1).astype(np.int32)
+        cost += r.spec.vcpus * (before - numa.count(r, cf - cell_use, hf - host_use))
+    return np.negative(cost, dtype=np.float64)
+
+
+def _raw(weigher: FragmentationWeigher, table: HostTable, flavor: str) -> np.ndarray:
+    ctx = Context(table, RequestSpec(flavor=flavor), table.demand(flavor), NOW)
+    return weigher.raw(ctx, np.arange(len(table)))
 
 
 @settings(max_examples=examples(0.6), deadline=None)
 @given(table=tables(min_hosts=1, max_hosts=6, extra_flavors=4), data=st.data())
-def test_fragmentation_cost_one_host_path_equals_the_vectorised(
-    table: HostTable, data: st.DataObject
-) -> None:
-    """Every host's cost, computed all at once with numpy and host by host in plain integers
-    (and then kept up to date through claims, both ways), is the same float, bit for bit."""
+def test_fragmentation_cost_equals_the_vectorised(table: HostTable, data: st.DataObject) -> None:
+    """Every host's cost, computed cold and then kept up to date through claims and releases
+    (the hosts changed since the last read, in one compiled pass), is the numpy formula's
+    float, bit for bit, for flavors and references of every NUMA mode."""
     _fill(table, data, 6)
     largest = data.draw(st.integers(1, 4))
-    warm = {}
-    for flavor in sorted(table.flavors):
-        vectorised = _weigh(table, flavor, largest, small_rows=-1)
-        one_host = _weigh(table, flavor, largest, small_rows=10**9)
-        assert vectorised.tobytes() == one_host.tobytes(), flavor
-        warm[flavor] = vectorised
-    # incremental: warm caches refreshed on the changed rows only (one-host path) still agree
     weigher = FragmentationWeigher(FragmentationParams(largest=largest))
-    for flavor in sorted(table.flavors):
-        ctx = Context(table, RequestSpec(flavor=flavor), table.demand(flavor), NOW)
-        weigher.raw(ctx, np.arange(len(table)))  # warm
-    _fill(table, data, 4)
-    for flavor in sorted(table.flavors):
-        ctx = Context(table, RequestSpec(flavor=flavor), table.demand(flavor), NOW)
-        incremental = weigher.raw(ctx, np.arange(len(table)))
-        assert incremental.tobytes() == _weigh(table, flavor, largest, -1).tobytes(), flavor
+    flavors = sorted(table.flavors)
+    for flavor in flavors:
+        refs = weigher.references(
+            Context(table, RequestSpec(flavor=flavor), table.demand(flavor), NOW)
+        )
+        want = _vectorised_cost(table, flavor, list(refs))
+        assert _raw(weigher, table, flavor).tobytes() == want.tobytes(), flavor
+    for _ in range(3):  # incremental: changed hosts only
+        _fill(table, data, 3)
+        for flavor in data.draw(st.lists(st.sampled_from(flavors), min_size=1, unique=True)):
+            ctx = Context(table, RequestSpec(flavor=flavor), table.demand(flavor), NOW)
+            want = _vectorised_cost(table, flavor, list(weigher.references(ctx)))
+            assert _raw(weigher, table, flavor).tobytes() == want.tobytes(), flavor
 
 
 @settings(max_examples=examples(0.4), deadline=None)
@@ -154,3 +157,35 @@ def test_changed_since_equals_a_scan_of_touched(
                 if recent is not None:
                     assert sorted(set(recent)) == expected.tolist(), seen
                     assert len(recent) == table.version - seen
+
+
+@settings(max_examples=examples(1.0), deadline=None)
+@given(
+    table=tables(min_hosts=1, max_hosts=6, extra_flavors=4),
+    data=st.data(),
+    seed=st.integers(0, 2**32 - 1),
+    random_free=st.booleans(),
+)
+def test_compiled_counts_equal_the_vectorised(
+    table: HostTable, data: st.DataObject, seed: int, random_free: bool
+) -> None:
+    """`numa_kernels.counts`, the compiled mirror of `numa_rows.count` / `cell_count`, on every
+    mode, negative free amounts included, any subset of rows in any order."""
+    _fill(table, data, 8)
+    cf, hf = _random_free(table, seed) if random_free else (table.cell_free, table.host_free)
+    cf, hf = numa.resource_major(cf), numa.resource_major(hf)  # the table's layout
+    rows = np.array(
+        data.draw(st.lists(st.integers(0, len(table) - 1), min_size=1, max_size=8)),
+        dtype=np.int64,
+    )
+    for name, d in table.demands.items():
+        out = np.full(rows.size + 2, -7, dtype=np.int64)
+        numa_kernels.counts(cf, hf, rows, d.packed, False, out)
+        assert out[: rows.size].tolist() == numa.count(d, cf, hf)[rows].tolist(), name
+        assert out[rows.size :].tolist() == [-7, -7]
+        numa_kernels.counts(cf, hf, rows, d.packed, True, out)
+        cells = [numa_rows.cell_count(d.rows, cf[r].tolist()) for r in rows.tolist()]
+        assert out[: rows.size].tolist() == cells, name
+        if d.mode != NumaMode.NONE:
+            fit = numa.cell_count(d, cf, limit=1)[rows] >= 1
+            assert (out[: rows.size] >= 1).tolist() == fit.tolist(), name

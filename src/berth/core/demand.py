@@ -44,6 +44,62 @@ class RowDemand:
     width: int
 
 
+@dataclass(frozen=True)
+class PackedDemand:
+    """`RowDemand` as int64 arrays, for the compiled count and placement (`numa_kernels`):
+    ``mode`` the `NumaMode` value, (column, amount) pairs for ``host``, ``pci`` and ``units``,
+    the (column, a, b) / (column, total, minimum) triples of ``fixed`` / ``flex`` (shapes
+    (k, 2) and (k, 3), k possibly 0), the guest ``cells`` rows (full width) and ``host_use``."""
+
+    mode: int
+    host: I64
+    pci: I64
+    units: I64
+    fixed: I64
+    flex: I64
+    cells: I64
+    host_use: I64
+
+
+@dataclass(frozen=True)
+class PackedReferences:
+    """Several `PackedDemand` (the references a weigher protects), concatenated pack by pack:
+    reference f's pairs of ``host`` are ``host[at[f, 0]:at[f, 1]]``, of ``pci``
+    ``pci[at[f, 2]:at[f, 3]]``, then ``units``, ``fixed`` and ``flex`` likewise."""
+
+    modes: I64
+    vcpus: I64
+    at: I64
+    host: I64
+    pci: I64
+    units: I64
+    fixed: I64
+    flex: I64
+
+    @classmethod
+    def of(cls, refs: list[PackedDemand], vcpus: list[int]) -> PackedReferences:
+        packs = {}
+        at = np.zeros((len(refs), 10), dtype=np.int64)
+        for k, (name, width) in enumerate(
+            [("host", 2), ("pci", 2), ("units", 2), ("fixed", 3), ("flex", 3)]
+        ):
+            parts = [getattr(r, name) for r in refs]
+            ends = np.cumsum([len(p) for p in parts])
+            at[:, 2 * k + 1] = ends
+            at[:, 2 * k] = ends - [len(p) for p in parts]
+            packs[name] = np.concatenate(parts).reshape(-1, width) if parts else _pairs((), width)
+        return cls(
+            modes=np.array([r.mode for r in refs], dtype=np.int64),
+            vcpus=np.array(vcpus, dtype=np.int64),
+            at=at,
+            **packs,
+        )
+
+
+def _pairs(items: tuple[tuple[int, ...], ...], width: int) -> I64:
+    return np.array(items, dtype=np.int64).reshape(len(items), width)
+
+
 def _nonzero(vec: list[int], base: int = 0) -> Cols:
     return tuple((base + i, v) for i, v in enumerate(vec) if v)
 
@@ -97,6 +153,21 @@ class Demand:
             fixed=fixed,
             flex=flex,
             width=len(total),
+        )
+
+    @cached_property
+    def packed(self) -> PackedDemand:
+        """`rows` as arrays for the compiled count (computed on first use, then kept)."""
+        rd = self.rows
+        return PackedDemand(
+            mode=int(rd.mode),
+            host=_pairs(rd.host, 2),
+            pci=_pairs(rd.pci, 2),
+            units=_pairs(rd.units, 2),
+            fixed=_pairs(rd.fixed, 3),
+            flex=_pairs(rd.flex, 3),
+            cells=self.cells.copy() if self.cells.size else np.zeros((0, rd.width), np.int64),
+            host_use=self.host.copy(),
         )
 
     def cells_used(self, cell_use: I64) -> list[tuple[int, int, int]]:

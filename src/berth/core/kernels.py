@@ -12,6 +12,7 @@ and the engine's and table's own tests compare the lean path with the general on
   (`HostWeigher.column`), and the hosts that tie for the best score (`FilterScheduler._pick`).
 * `select_rows`: the candidates of the engine's lean path, from the filters that compare one
   free host column with a minimum (`HostFilter.host_minimum`) and the others' masks.
+* NUMA-exact counts and placements on some hosts live in `numa_kernels`.
 * `take_footprint` and `give_back_footprint`: a claim's and a release's columns and counters
   on one host (`HostTable.claim_planned`, `HostTable.release`).
 * `host_only_costs`: the fragmentation weigher's cost of every placed host-only flavor on some
@@ -36,22 +37,46 @@ I64 = npt.NDArray[np.int64]
 TIE = 1e-9
 """Scores within this of the best tie (the engine's tolerance)."""
 
-_compiled: dict[str, Callable[..., Any]] = {}
+_compiled: dict[tuple[str, str], Callable[..., Any]] = {}
 
 
-def _kernel(name: str, source: Callable[..., Any]) -> Callable[..., Any]:
-    """`source` compiled with numba (once per process; the machine code is cached on disk),
-    bound to the module's `name` in place of its wrapper (which returns the same values)."""
-    found = _compiled.get(name)
+def compile_kernel(
+    source: Callable[..., Any],
+    namespace: dict[str, Any],
+    *,
+    bind: str | None = None,
+    helpers: tuple[str, ...] = (),
+) -> Callable[..., Any]:
+    """`source` compiled with numba (once per process; the machine code is cached on disk).
+
+    `namespace`: the globals of `source`'s module. `helpers`: names of functions there that
+    compiled code calls; each is replaced by its compiled form first (numba resolves them by
+    name). `bind`: the public name of a wrapper that passes its arguments through as they are;
+    it is replaced by the compiled function, so later calls skip the wrapper.
+    """
+    key = (namespace["__name__"], source.__name__)
+    found = _compiled.get(key)
     if found is None:
-        from numba import njit  # imported here: 0.3 s that only deciding needs
-
-        try:
-            found = njit(cache=True, nogil=True)(source)
-        except RuntimeError:  # no writable cache location (numba's message): memory only
-            found = njit(nogil=True)(source)
-        _compiled[name] = globals()[name] = found
+        for name in helpers:
+            if not hasattr(namespace[name], "py_func"):  # not yet compiled
+                namespace[name] = _njit(namespace[name])
+        found = _compiled[key] = _njit(source)
+        if bind is not None:
+            namespace[bind] = found
     return found
+
+
+def _njit(source: Callable[..., Any]) -> Callable[..., Any]:
+    from numba import njit  # imported here: 0.3 s that only deciding needs
+
+    try:
+        return njit(cache=True, nogil=True)(source)
+    except RuntimeError:  # no writable cache location (numba's message): memory only
+        return njit(nogil=True)(source)
+
+
+def _kernel(source: Callable[..., Any], bind: str | None = None) -> Callable[..., Any]:
+    return compile_kernel(source, globals(), bind=bind)
 
 
 def _add_scaled(values: F64 | I64, rows: I64, weight: float, scores: F64, started: bool) -> int:
@@ -107,7 +132,7 @@ def add_scaled(values: F64 | I64, rows: I64, weight: float, scores: F64, started
     every value is equal (``normalise`` gives zeros, which add nothing: nothing written), -1
     when some value is NaN (nothing written; the caller falls back to numpy).
     """
-    return int(_kernel("add_scaled", _add_scaled)(values, rows, weight, scores, started))
+    return int(_kernel(_add_scaled, bind="add_scaled")(values, rows, weight, scores, started))
 
 
 def _ties(scores: F64, out: I64) -> int:
@@ -134,7 +159,7 @@ def _ties(scores: F64, out: I64) -> int:
 def ties(scores: F64, out: I64) -> int:
     """Write the positions of the scores within `TIE` of the best, ascending, into `out`;
     return how many. `scores` is not empty and holds no NaN."""
-    return int(_kernel("ties", _ties)(scores, out))
+    return int(_kernel(_ties, bind="ties")(scores, out))
 
 
 def _select_rows(passed: Any, free: I64, bounds: I64, out: I64) -> int:
@@ -160,7 +185,7 @@ def select_rows(passed: npt.NDArray[np.bool_], free: I64, bounds: I64, out: I64)
     ``bounds[k, 1]`` of column ``bounds[k, 0]`` of `free` for every k into `out`; return
     how many: ``flatnonzero(passed & (free[:, c0] >= m0) & ...)``. `bounds` has at least
     one row; `out` room for every host."""
-    return int(_kernel("select_rows", _select_rows)(passed, free, bounds, out))
+    return int(_kernel(_select_rows, bind="select_rows")(passed, free, bounds, out))
 
 
 def _host_only_costs(
@@ -219,7 +244,7 @@ def host_only_costs(
     the integer floor division (the rounding error is below the gap to the next integer); the
     counts and sums are integers the caller keeps below 2**24.
     """
-    kernel = _kernel("host_only_costs", _host_only_costs)
+    kernel = _kernel(_host_only_costs, bind="host_only_costs")
     kernel(free, touched, since, cols, need, use, vcpus, out)
 
 
@@ -268,7 +293,7 @@ def take_footprint(
     the row stays >= 0 after taking the footprint, take it, count one more instance, bump the
     generation, mark the row touched at `version` and return True; else change nothing and
     return False (the caller's general path then names what does not fit)."""
-    kernel = _kernel("take_footprint", _take_footprint)
+    kernel = _kernel(_take_footprint, bind="take_footprint")
     args = (cell_free, host_free, row, cell_use, host_use, n_instances, generation, touched)
     return bool(kernel(*args, version))
 
@@ -308,7 +333,7 @@ def give_back_footprint(
 ) -> None:
     """The columns and counters of one release on `row`: `take_footprint` undone, except that
     the generation moves on and the row is touched at `version`."""
-    kernel = _kernel("give_back_footprint", _give_back_footprint)
+    kernel = _kernel(_give_back_footprint, bind="give_back_footprint")
     kernel(cell_free, host_free, row, cell_use, host_use, n_instances, generation, touched, version)
 
 
@@ -333,5 +358,8 @@ def prepare() -> None:
         cell_use.flags.writeable = host_use.flags.writeable = writable
         take_footprint(cells, free, 0, cell_use, host_use, *counters, 1)
         give_back_footprint(cells, free, 0, cell_use, host_use, *counters, 2)
+    from berth.core import numa_kernels  # which imports this module
+
+    numa_kernels.prepare(cells, free)
     one, touched, need = np.ones(1, np.int64), np.ones(2, np.int64), np.ones((1, 1), np.int64)
     host_only_costs(free, touched, 0, one, need, np.zeros((1, 2)), one, np.empty((1, 2)))

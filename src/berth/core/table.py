@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from berth.core import kernels, numa_rows
+from berth.core import kernels, numa_kernels, numa_rows
 from berth.core.demand import Demand, build_demand
 from berth.core.errors import ClaimError, FleetError, SpecError, StaleGenerationError
 from berth.core.flavors import FlavorSpec, NumaMode, SpecMatch, parse_flavor
 from berth.core.model import CellPlacement, Fleet, Host, Instance, ServerGroup
-from berth.core.numa import cell_count, count, fits, place, resource_major, take
+from berth.core.numa import fits, resource_major, take
 from berth.core.resources import (
     C_HUGE,
     C_MEM,
@@ -42,8 +42,6 @@ Mask = npt.NDArray[np.bool_]
 RowFunction = Callable[[I64 | None], npt.NDArray[Any]]
 INT32_MAX = np.iinfo(np.int32).max
 INT32_MAX_INT = int(INT32_MAX)
-SMALL_ROWS = 8
-"""Up to this many changed rows, derived counts are recomputed host by host (`numa_rows`)."""
 LOG_READ = 32
 """`changed_since` reads the touch log up to this many versions back, else scans all hosts."""
 LOG_KEEP = 1024
@@ -411,25 +409,26 @@ class HostTable:
         d = self.demand(flavor)
 
         def compute(rows: I64 | None) -> npt.NDArray[np.int32]:
-            if rows is not None and rows.size <= SMALL_ROWS:  # plain integers: see numa_rows
-                rd, cells, hosts = d.rows, self.cell_free, self.host_free
-                one = [
-                    min(numa_rows.count(rd, cells[r].tolist(), hosts[r].tolist()), INT32_MAX_INT)
-                    for r in rows.tolist()
-                ]
-                return np.array(one, dtype=np.int32)
-            counts = count(d, *self.free_rows(rows))
-            return np.minimum(counts, INT32_MAX).astype(np.int32)
+            return np.minimum(self._counts(d, rows, cells_only=False), INT32_MAX).astype(np.int32)
 
         return self.derived(("count", flavor), compute)
 
     def cells_fit(self, flavor: str) -> Mask:
         """Hosts whose NUMA cells take one more instance of `flavor` (cached, see `derived`)."""
         d = self.demand(flavor)
-        return self.derived(
-            ("cells_fit", flavor),
-            lambda rows: cell_count(d, self.free_rows(rows)[0], limit=1) >= 1,
-        )
+
+        def compute(rows: I64 | None) -> Mask:
+            return self._counts(d, rows, cells_only=True) >= 1
+
+        return self.derived(("cells_fit", flavor), compute)
+
+    def _counts(self, d: Demand, rows: I64 | None, *, cells_only: bool) -> I64:
+        """`numa.count` (or `numa.cell_count`) of `d` on `rows` (None: every host), in one
+        compiled pass (`numa_kernels.counts`, `numa_rows`' integer arithmetic)."""
+        which = np.arange(len(self), dtype=np.int64) if rows is None else rows
+        out = np.empty(which.size, dtype=np.int64)
+        numa_kernels.counts(self.cell_free, self.host_free, which, d.packed, cells_only, out)
+        return out
 
     def changed_since(self, seen: int) -> I64:
         """Rows changed after version `seen`, ascending (what ``touched > seen`` selects).
@@ -473,9 +472,9 @@ class HostTable:
         if fixed:
             assert isinstance(fixed, FixedPlan)
             return fixed.cell_use.copy(), fixed.host_use.copy()
-        d = self.demand(flavor)
-        cell_use, host_use = place(d, self.cell_free[row : row + 1], self.host_free[row : row + 1])
-        return cell_use[0], host_use[0]
+        d = self.demand(flavor)  # one host: plain integers (numa_rows), the same footprint
+        cells = numa_rows.place(d.rows, self.cell_free[row].tolist())
+        return np.array(cells, dtype=np.int64), d.host.copy()
 
     def _fixed_for(self, flavor: str) -> FixedPlan | bool:
         fixed = self._fixed_plans.get(flavor)
@@ -506,19 +505,19 @@ class HostTable:
         """``claim(instance_id, names[row], flavor, *plan_for(flavor, row), ...)``, cheaper.
 
         For the engine's lean path (one decision, then its claim). The same checks, the same
-        allocation and the same errors; a footprint that does not depend on the host is checked
-        and applied in one compiled pass (`kernels.take_footprint`), and its arrays are shared,
-        read-only, by every allocation of the flavor (no copies).
+        allocation and the same errors; the footprint is checked and applied in one compiled
+        pass (`kernels.take_footprint`). A footprint that does not depend on the host has its
+        arrays shared, read-only, by every allocation of the flavor (no copies); one that does
+        comes from the claim rule on this host in plain integers (`numa_rows.place`).
         """
         if not 0 <= row < len(self.names):  # the kernel reads the row unchecked
             raise ClaimError(f"no host at row {row}")
         fixed = self._fixed_for(flavor)
-        spec = self.demand(flavor).spec
+        d = self.demand(flavor)
         if (
-            not fixed
-            or instance_id in self.allocations
+            instance_id in self.allocations
             or (server_group is not None and server_group not in self.groups)
-            or spec.hugepages
+            or d.spec.hugepages
         ):  # the general path (and its errors)
             cell_use, host_use = self.plan_for(flavor, row)
             return self.claim(
@@ -530,33 +529,29 @@ class HostTable:
                 server_group=server_group,
                 project=project,
             )
-        assert isinstance(fixed, FixedPlan)
+        if isinstance(fixed, FixedPlan):
+            cell_use, host_use = fixed.cell_use, fixed.host_use
+        else:  # a footprint of its own (NUMA placement, PCI): the claim rule on this host
+            cell_use = np.array(numa_rows.place(d.rows, self.cell_free[row].tolist()), np.int64)
+            host_use = d.host.copy()
         # as `claim`: refused if any column (used or not) would be negative afterwards
         version = self.version + 1
         if not kernels.take_footprint(
             self.cell_free,
             self.host_free,
             row,
-            fixed.cell_use,
-            fixed.host_use,
+            cell_use,
+            host_use,
             self.n_instances,
             self.generation,
             self.touched,
             version,
         ):
-            cell_use, host_use = self.plan_for(flavor, row)
             return self.claim(instance_id, self.names[row], flavor, cell_use, host_use)
         self.version = version
         self._log_row(row)
-        alloc = Allocation(
-            instance_id,
-            self.names[row],
-            flavor,
-            fixed.cell_use,
-            fixed.host_use,
-            server_group,
-            project,
-        )
+        host = self.names[row]
+        alloc = Allocation(instance_id, host, flavor, cell_use, host_use, server_group, project)
         return self._enter(row, alloc)
 
     def claim(
@@ -780,8 +775,8 @@ class HostTable:
         """Hosts (or the one `row`) whose huge-page size suits the flavor and divides each
         guest cell's memory."""
         page_kb = self.page_kb if row is None else self.page_kb[row : row + 1]
-        if spec.page_size_kb == 0:
-            return np.ones(len(page_kb), dtype=bool)
+        if spec.page_size_kb == 0:  # small pages suit every host
+            return self._everyone if row is None else np.ones(1, dtype=bool)
         page = page_kb.astype(np.int64)
         ok = page > 0 if spec.page_size_kb < 0 else page == spec.page_size_kb
         for shape in spec.cells:

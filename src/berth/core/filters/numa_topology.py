@@ -38,7 +38,10 @@ class NumaTopologyFilter(HostFilter):
         d = ctx.demand
         if d.mode == NumaMode.NONE:
             return ctx.table.everyone()
-        return ctx.table.cells_fit(d.spec.name) & page_size_ok(ctx)
+        fit = ctx.table.cells_fit(d.spec.name)
+        if not d.spec.hugepages:  # small pages suit every host
+            return fit
+        return fit & page_size_ok(ctx)
 
     def explain(self, ctx: Context, failed: Mask) -> list[tuple[Rejection, Mask]]:
         d = ctx.demand

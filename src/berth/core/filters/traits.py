@@ -44,10 +44,23 @@ class TraitsFilter(HostFilter):
         return ((ctx.table.trait_bits & words) == 0).all(axis=1)
 
     def mask(self, ctx: Context) -> Mask:
-        required, forbidden = self._wanted(ctx)
-        if not required and not forbidden:
+        spec, image = ctx.demand.spec, ctx.request.image
+        if not (
+            spec.required_traits
+            or spec.forbidden_traits
+            or image.required_traits
+            or image.forbidden_traits
+        ):
             return ctx.table.everyone()
-        return self._has(ctx, required) & self._has_none(ctx, forbidden)
+        required, forbidden = self._wanted(ctx)
+        key = ("traits mask", frozenset(required), frozenset(forbidden))
+        # traits change only with the hosts, which drops the table's state: kept per table
+        return ctx.table.state(key, lambda: self._compute(ctx, required, forbidden))
+
+    def _compute(self, ctx: Context, required: set[str], forbidden: set[str]) -> Mask:
+        out = self._has(ctx, required) & self._has_none(ctx, forbidden)
+        out.flags.writeable = False  # shared by every request with these traits
+        return out
 
     def explain(self, ctx: Context, failed: Mask) -> list[tuple[Rejection, Mask]]:
         required, forbidden = self._wanted(ctx)

@@ -13,8 +13,9 @@ going to waste). Hosts that tie are separated by the other weighers (pack by RAM
 profile).
 
 The cost is cached per host (`HostTable.derived`) and recomputed only on the hosts changed since
-the last decision for this flavor: usually one or two, which `numa_rows` computes in plain
-integers (numpy's fixed cost per call dominates on so few rows); more go through `numa`.
+the last decision for this flavor (tens of hosts when many flavors share the fleet), in one
+compiled pass with `numa_rows`' integer arithmetic (`numa_kernels.lost_capacity`). Floating
+flavors with floating references keep every flavor's cost current instead (`frag_host`).
 """
 
 from __future__ import annotations
@@ -25,18 +26,16 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
-from berth.core import numa, numa_rows
-from berth.core.demand import Demand
+from berth.core import numa_kernels
+from berth.core.demand import Demand, PackedReferences
 from berth.core.errors import SpecError
 from berth.core.filters.base import Context
-from berth.core.table import INT32_MAX, INT32_MAX_INT, HostTable, RowFunction
+from berth.core.table import INT32_MAX, HostTable, RowFunction
 from berth.core.weighers.base import F64, I64, HostWeigher
 from berth.core.weighers.frag_host import HostOnlyCosts
 
-SMALL_ROWS = 8
 _STORE = "fragmentation host-only"
 """`HostTable.state` key of the kept costs (`frag_host.HostOnlyCosts`), with the references."""
-"""Up to this many changed hosts, the cost is computed host by host in plain integers."""
 
 
 def reference_counts(table: HostTable, references: tuple[str, ...]) -> npt.NDArray[np.int32]:
@@ -51,17 +50,13 @@ def reference_counts(table: HostTable, references: tuple[str, ...]) -> npt.NDArr
 
 def _caps(table: HostTable, refs: list[Demand]) -> RowFunction:
     def caps(rows: I64 | None) -> npt.NDArray[np.int32]:
-        if rows is not None and rows.size <= SMALL_ROWS:  # plain integers: see numa_rows
-            plain = [d.rows for d in refs]
-            cells, hosts = table.cell_free, table.host_free
-            one = []
-            for r in rows.tolist():
-                cf, hf = cells[r].tolist(), hosts[r].tolist()
-                one.append([min(numa_rows.count(rd, cf, hf), INT32_MAX_INT) for rd in plain])
-            return np.array(one, dtype=np.int32).reshape(rows.size, len(refs))
-        cf, hf = table.free_rows(rows)
-        counts = [np.minimum(numa.count(d, cf, hf), INT32_MAX).astype(np.int32) for d in refs]
-        return np.stack(counts, axis=1)
+        which = np.arange(len(table), dtype=np.int64) if rows is None else rows
+        out = np.empty((which.size, len(refs)), dtype=np.int32)
+        counted = np.empty(which.size, dtype=np.int64)
+        for j, d in enumerate(refs):  # compiled, `numa_rows`' arithmetic (numa_kernels)
+            numa_kernels.counts(table.cell_free, table.host_free, which, d.packed, False, counted)
+            out[:, j] = np.minimum(counted, INT32_MAX)
+        return out
 
     return caps
 
@@ -125,63 +120,23 @@ class FragmentationWeigher(HostWeigher):
             return kept.take(rows)
         references = self._store_key[1]
         demand, table = ctx.demand, ctx.table
-        refs = [table.demands[name] for name in references]
-
+        packed = table.state(
+            ("fragmentation references", references),
+            lambda: PackedReferences.of(
+                [table.demands[name].packed for name in references],
+                [table.demands[name].spec.vcpus for name in references],
+            ),
+        )
         caps = reference_counts(table, references)  # cap_f; `cost` only adds cap'_f
 
         def cost(subset: I64 | None) -> npt.NDArray[np.float32]:
-            if subset is not None and subset.size <= SMALL_ROWS:
-                return self._cost_rows(table, demand, refs, caps, subset)
-            before = caps if subset is None else caps[subset]
-            out = np.zeros(before.shape[0], dtype=np.float32)
-            sub = np.flatnonzero(before.any(axis=1))  # no room for any reference: nothing to lose
-            if sub.size == 0:
-                return out
-            hosts = sub if subset is None else subset[sub]
-            if sub.size <= SMALL_ROWS:
-                out[sub] = self._cost_rows(table, demand, refs, caps, hosts)
-                return out
-            cf, hf = table.free_rows(hosts)
-            cell_use, host_use = numa.place(demand, cf, hf)
-            cell_after, host_after = cf - cell_use, hf - host_use
-            for j, d in enumerate(refs):
-                counts = before[sub, j]
-                out[sub] += d.spec.vcpus * (counts - numa.count(d, cell_after, host_after))
+            which = np.arange(len(table), dtype=np.int64) if subset is None else subset
+            out = np.empty(which.size, dtype=np.float32)
+            cf, hf = table.cell_free, table.host_free
+            before = caps[which]  # (hosts, references), contiguous
+            numa_kernels.lost_capacity(cf, hf, which, before, demand.packed, packed, out)
             return out
 
         # the cost depends only on each host's free columns: cache it per flavor (see derived)
         costs = table.derived(("fragmentation", demand.spec.name, references), cost)
         return np.negative(costs[rows], dtype=np.float64)  # one pass: cast and negate
-
-    @staticmethod
-    def _cost_rows(
-        table: HostTable,
-        demand: Demand,
-        refs: list[Demand],
-        caps: npt.NDArray[np.int32],
-        subset: I64,
-    ) -> npt.NDArray[np.float32]:
-        """`cost` on a few hosts, one at a time with `numa_rows`: the same values, bit for bit.
-
-        As the vectorised path: counts before (`caps`) capped to int32, the sum accumulated in
-        float32 reference by reference. A reference with no room before has none after either
-        (`count` is monotone in the free amounts and a placement takes nothing negative), so its
-        term is 0 and is skipped.
-        """
-        placed = demand.rows
-        weighted = [(d.rows, d.spec.vcpus) for d in refs]
-        out = []
-        for row in subset.tolist():
-            before = caps[row].tolist()
-            total = 0.0
-            if any(before):
-                cf, hf = table.cell_free[row].tolist(), table.host_free[row].tolist()
-                use = numa_rows.place(placed, cf)
-                cell_after = [numa_rows.minus(cf[0], use[0]), numa_rows.minus(cf[1], use[1])]
-                host_after = numa_rows.minus(hf, placed.host_use)
-                for (rd, vcpus), counts in zip(weighted, before, strict=True):
-                    if counts:
-                        lost = vcpus * (counts - numa_rows.count(rd, cell_after, host_after))
-                        total = float(np.float32(total + lost))
-            out.append(total)
-        return np.array(out, dtype=np.float32)
