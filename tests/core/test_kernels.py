@@ -241,7 +241,7 @@ def test_select_rows_equals_the_masks(data: st.DataObject) -> None:
 
 @settings(max_examples=examples(1.0), deadline=None)
 @given(data=st.data())
-def test_take_footprint_takes_all_or_nothing_and_give_back_undoes_it(data: st.DataObject) -> None:
+def test_a_claim_takes_all_or_nothing_and_a_release_undoes_it(data: st.DataObject) -> None:
     n_hosts, width = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 4))
     small = st.integers(-2, 6)
     cells = np.asfortranarray(
@@ -268,7 +268,7 @@ def test_take_footprint_takes_all_or_nothing_and_give_back_undoes_it(data: st.Da
     arrays: list[np.ndarray] = [cells, hosts, *counters]
     before = [a.copy() for a in arrays]
     fits = (cells[row] - cell_use >= 0).all() and (hosts[row] - host_use >= 0).all()
-    assert kernels.take_footprint(cells, hosts, row, cell_use, host_use, *counters, 7) == fits
+    assert kernels.move_footprint(cells, hosts, row, cell_use, host_use, *counters, 7, -1) == fits
     if not fits:  # nothing changed
         for now, then in zip(arrays, before, strict=True):
             assert np.array_equal(now, then)
@@ -278,7 +278,7 @@ def test_take_footprint_takes_all_or_nothing_and_give_back_undoes_it(data: st.Da
     assert counters[0][row] == before[2][row] + 1
     assert counters[1][row] == before[3][row] + 1
     assert counters[2][row] == 7
-    kernels.give_back_footprint(cells, hosts, row, cell_use, host_use, *counters, 8)
+    kernels.move_footprint(cells, hosts, row, cell_use, host_use, *counters, 8, 1)
     assert np.array_equal(cells, before[0])
     assert np.array_equal(hosts, before[1])
     assert np.array_equal(counters[0], before[2])

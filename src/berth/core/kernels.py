@@ -13,8 +13,8 @@ and the engine's and table's own tests compare the lean path with the general on
 * `select_rows`: the candidates of the engine's lean path, from the filters that compare one
   free host column with a minimum (`HostFilter.host_minimum`) and the others' masks.
 * NUMA-exact counts and placements on some hosts live in `numa_kernels`.
-* `take_footprint` and `give_back_footprint`: a claim's and a release's columns and counters
-  on one host (`HostTable.claim_planned`, `HostTable.release`).
+* `move_footprint`: a claim's or a release's columns and counters on one host
+  (`HostTable.claim_planned`, `HostTable.release`).
 * `host_only_costs`: the fragmentation weigher's cost of every placed host-only flavor on some
   hosts (`weighers.frag_host`), in integers.
 
@@ -248,7 +248,7 @@ def host_only_costs(
     kernel(free, touched, since, cols, need, use, vcpus, out)
 
 
-def _take_footprint(
+def _move_footprint(
     cell_free: I64,
     host_free: I64,
     row: int,
@@ -258,27 +258,29 @@ def _take_footprint(
     generation: I64,
     touched: I64,
     version: int,
+    sign: int,
 ) -> bool:
     cells, width = cell_use.shape
-    for c in range(cells):
-        for j in range(width):
-            if cell_free[row, c, j] - cell_use[c, j] < 0:
+    if sign < 0:  # a claim: all or nothing
+        for c in range(cells):
+            for j in range(width):
+                if cell_free[row, c, j] - cell_use[c, j] < 0:
+                    return False
+        for j in range(host_use.size):
+            if host_free[row, j] - host_use[j] < 0:
                 return False
-    for j in range(host_use.size):
-        if host_free[row, j] - host_use[j] < 0:
-            return False
     for c in range(cells):
         for j in range(width):
-            cell_free[row, c, j] -= cell_use[c, j]
+            cell_free[row, c, j] += sign * cell_use[c, j]
     for j in range(host_use.size):
-        host_free[row, j] -= host_use[j]
-    n_instances[row] += 1
+        host_free[row, j] += sign * host_use[j]
+    n_instances[row] -= sign
     generation[row] += 1
     touched[row] = version
     return True
 
 
-def take_footprint(
+def move_footprint(
     cell_free: I64,
     host_free: I64,
     row: int,
@@ -288,53 +290,18 @@ def take_footprint(
     generation: I64,
     touched: I64,
     version: int,
+    sign: int,
 ) -> bool:
-    """The columns and counters of one claim on `row`, or nothing: when every free column of
-    the row stays >= 0 after taking the footprint, take it, count one more instance, bump the
-    generation, mark the row touched at `version` and return True; else change nothing and
-    return False (the caller's general path then names what does not fit)."""
-    kernel = _kernel(_take_footprint, bind="take_footprint")
+    """The columns and counters of one claim (`sign` -1) or release (+1) on `row`.
+
+    A claim takes the footprint only when every free column of the row stays >= 0 afterwards
+    and counts one more instance; else it changes nothing and returns False (the caller's
+    general path then names what does not fit). A release gives it back and counts one fewer.
+    Both bump the row's generation, mark it touched at `version` and return True.
+    """
+    kernel = _kernel(_move_footprint, bind="move_footprint")
     args = (cell_free, host_free, row, cell_use, host_use, n_instances, generation, touched)
-    return bool(kernel(*args, version))
-
-
-def _give_back_footprint(
-    cell_free: I64,
-    host_free: I64,
-    row: int,
-    cell_use: I64,
-    host_use: I64,
-    n_instances: Any,
-    generation: I64,
-    touched: I64,
-    version: int,
-) -> None:
-    cells, width = cell_use.shape
-    for c in range(cells):
-        for j in range(width):
-            cell_free[row, c, j] += cell_use[c, j]
-    for j in range(host_use.size):
-        host_free[row, j] += host_use[j]
-    n_instances[row] -= 1
-    generation[row] += 1
-    touched[row] = version
-
-
-def give_back_footprint(
-    cell_free: I64,
-    host_free: I64,
-    row: int,
-    cell_use: I64,
-    host_use: I64,
-    n_instances: Any,
-    generation: I64,
-    touched: I64,
-    version: int,
-) -> None:
-    """The columns and counters of one release on `row`: `take_footprint` undone, except that
-    the generation moves on and the row is touched at `version`."""
-    kernel = _kernel(_give_back_footprint, bind="give_back_footprint")
-    kernel(cell_free, host_free, row, cell_use, host_use, n_instances, generation, touched, version)
+    return bool(kernel(*args, version, sign))
 
 
 def prepare() -> None:
@@ -356,8 +323,8 @@ def prepare() -> None:
     for writable in (False, True):  # shared footprints of a flavor are read-only
         cell_use, host_use = np.zeros((2, 2), dtype=np.int64), np.zeros(2, dtype=np.int64)
         cell_use.flags.writeable = host_use.flags.writeable = writable
-        take_footprint(cells, free, 0, cell_use, host_use, *counters, 1)
-        give_back_footprint(cells, free, 0, cell_use, host_use, *counters, 2)
+        move_footprint(cells, free, 0, cell_use, host_use, *counters, 1, -1)
+        move_footprint(cells, free, 0, cell_use, host_use, *counters, 2, 1)
     from berth.core import numa_kernels  # which imports this module
 
     numa_kernels.prepare(cells, free)

@@ -506,7 +506,7 @@ class HostTable:
 
         For the engine's lean path (one decision, then its claim). The same checks, the same
         allocation and the same errors; the footprint is checked and applied in one compiled
-        pass (`kernels.take_footprint`). A footprint that does not depend on the host has its
+        pass (`kernels.move_footprint`). A footprint that does not depend on the host has its
         arrays shared, read-only, by every allocation of the flavor (no copies); one that does
         comes from the claim rule on this host in plain integers (`numa_rows.place`).
         """
@@ -536,7 +536,7 @@ class HostTable:
             host_use = d.host.copy()
         # as `claim`: refused if any column (used or not) would be negative afterwards
         version = self.version + 1
-        if not kernels.take_footprint(
+        if not kernels.move_footprint(
             self.cell_free,
             self.host_free,
             row,
@@ -546,6 +546,7 @@ class HostTable:
             self.generation,
             self.touched,
             version,
+            -1,
         ):
             return self.claim(instance_id, self.names[row], flavor, cell_use, host_use)
         self.version = version
@@ -660,7 +661,7 @@ class HostTable:
             raise ClaimError(f"unknown instance {instance_id!r}") from None
         row = self.index[alloc.host]
         self.version += 1
-        kernels.give_back_footprint(
+        kernels.move_footprint(
             self.cell_free,
             self.host_free,
             row,
@@ -670,6 +671,7 @@ class HostTable:
             self.generation,
             self.touched,
             self.version,
+            1,
         )
         self._log_row(row)
         if alloc.server_group is not None:
