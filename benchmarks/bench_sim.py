@@ -229,8 +229,9 @@ def speed_only(args: argparse.Namespace) -> None:
         saved = json.loads(Path(args.speed_only).read_text())
     trace = read_azure()
     policies = [resolve(p) for p in POLICIES]
-    speed = measured_speed(trace, args.speed_hosts, policies, args.baseline)
-    syn_speed = synthetic_speed(generate(SyntheticConfig(seed=0)), default_evictor(), policies)
+    speed = measured_speed(trace, args.speed_hosts, policies, args.baseline, args.speed_rounds)
+    syn = generate(SyntheticConfig(seed=0))
+    syn_speed = synthetic_speed(syn, default_evictor(), policies, args.speed_rounds)
     saved["speed"] = speed
     saved["speed_hosts"] = args.speed_hosts
     box = machine()
@@ -287,13 +288,13 @@ def baseline_run(src: str, hosts: int, policy: str) -> dict[str, Any]:
 
 
 def measured_speed(
-    trace: Any, hosts: int, policies: Sequence[Policy], baseline: str | None
+    trace: Any, hosts: int, policies: Sequence[Policy], baseline: str | None, rounds: int
 ) -> list[dict[str, Any]]:
     """`speed_runs`, with the baseline revision (if any) exported to a scratch tree and named
     in its rows."""
     with tempfile.TemporaryDirectory() as tmp:
         base_src = export_revision(baseline, Path(tmp)) if baseline else None
-        speed = speed_runs(trace, hosts, policies, base_src)
+        speed = speed_runs(trace, hosts, policies, base_src, rounds)
     for r in speed:
         if r["path"] == "baseline":
             r["rev"] = baseline
@@ -301,40 +302,49 @@ def measured_speed(
 
 
 def speed_runs(
-    trace: Any, hosts: int, policies: Sequence[Policy], baseline: str | None
+    trace: Any, hosts: int, policies: Sequence[Policy], baseline: str | None, rounds: int
 ) -> list[dict[str, Any]]:
     """Per policy, interleaved: the baseline tree (optional), the general path, the lean path."""
     fleet, _ = load_fleet_or_sizing(f"{hosts}xazure-1", trace)
     sim = Simulation(trace, fleet, ReplayOptions(evictor=default_evictor(), bound=False))
-    return _speed(sim, policies, baseline, hosts)
+    return _speed(sim, policies, baseline, hosts, rounds)
 
 
-def synthetic_speed(trace: Any, evictor: Any, policies: Sequence[Policy]) -> list[dict[str, Any]]:
+def synthetic_speed(
+    trace: Any, evictor: Any, policies: Sequence[Policy], rounds: int
+) -> list[dict[str, Any]]:
     fleet, _ = load_fleet_or_sizing("90xstd-2s+11xssd-2s+14xdpdk-2s", trace)
     sim = Simulation(trace, fleet, ReplayOptions(evictor=evictor, bound=False))
-    return _speed(sim, policies, None, len(fleet.hosts))
+    return _speed(sim, policies, None, len(fleet.hosts), rounds)
 
 
 def _speed(
-    sim: Simulation, policies: Sequence[Policy], baseline: str | None, hosts: int
+    sim: Simulation, policies: Sequence[Policy], baseline: str | None, hosts: int, rounds: int
 ) -> list[dict[str, Any]]:
-    rows = []
-    for policy in policies:
-        if baseline is not None:
-            base = baseline_run(baseline, hosts, policy.name)
-            rows.append({**base, "path": "baseline", "load": os.getloadavg()[0]})
-        for fast in (False, True):
-            sim.options.fast = fast
-            cpu = time.thread_time()
-            run = sim.run(policy)
-            cpu = time.thread_time() - cpu
-            path = "place_one" if fast else "select+commit"
-            row = {**brief(sim, run), "cpu_s": cpu, "path": path, "load": os.getloadavg()[0]}
-            rows.append(row)
-            print(f"  speed {policy.name} {path}: {run.wall_ns / 1e9:.1f} s", file=sys.stderr)
+    """`rounds` interleaved rounds of every (policy, path); per cell the run of median CPU time
+    (its other measures with it) and every round's CPU time."""
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for _ in range(rounds):
+        for policy in policies:
+            if baseline is not None:
+                base = baseline_run(baseline, hosts, policy.name)
+                row = {**base, "path": "baseline", "load": os.getloadavg()[0]}
+                runs.setdefault((policy.name, "baseline"), []).append(row)
+            for fast in (False, True):
+                sim.options.fast = fast
+                cpu = time.thread_time()
+                run = sim.run(policy)
+                cpu = time.thread_time() - cpu
+                path = "place_one" if fast else "select+commit"
+                row = {**brief(sim, run), "cpu_s": cpu, "path": path, "load": os.getloadavg()[0]}
+                runs.setdefault((policy.name, path), []).append(row)
+                print(f"  speed {policy.name} {path}: {cpu:.2f} CPU s", file=sys.stderr)
     sim.options.fast = True
-    for r in rows:
-        r["hosts"] = hosts
+    rows = []
+    for cell in runs.values():
+        ordered = sorted(cell, key=lambda r: r["cpu_s"])
+        median = ordered[(len(ordered) - 1) // 2]
+        rows.append({**median, "hosts": hosts, "cpu_s_runs": [r["cpu_s"] for r in cell]})
     return rows
 
 
@@ -353,6 +363,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer sizes, no variants")
     parser.add_argument("--out", default="benchmarks/results/packing.md")
     parser.add_argument("--speed-hosts", type=int, default=1000)
+    parser.add_argument(
+        "--speed-rounds",
+        type=int,
+        default=3,
+        help="interleaved rounds of the speed runs; the tables show each cell's median",
+    )
     parser.add_argument(
         "--baseline", metavar="REV", help="also time the replay of this git revision"
     )
@@ -410,7 +426,7 @@ def main() -> None:
 
     defrag = defrag_runs(trace, chosen)
     given = migrations_given_to_first_fit(trace, chosen)
-    speed = measured_speed(trace, args.speed_hosts, policies, args.baseline)
+    speed = measured_speed(trace, args.speed_hosts, policies, args.baseline, args.speed_rounds)
     (out.parent / "sim-azure.md").write_text(
         report_md.rstrip("\n") + "\n\n" + "\n".join(sim_speed_section(speed, "azure")) + "\n"
     )
@@ -430,7 +446,7 @@ def main() -> None:
                 command_line(),
                 plots=False,
             )
-            syn_speed = synthetic_speed(syn, evictor, policies)
+            syn_speed = synthetic_speed(syn, evictor, policies, args.speed_rounds)
             (out.parent / "sim-synthetic.md").write_text(
                 syn_md.rstrip("\n")
                 + "\n\n"
@@ -750,6 +766,18 @@ def speed_notes(speed: list[dict[str, Any]]) -> list[str]:
         "- 'events per CPU s' divides by the replay's own thread CPU time: steadier than wall "
         "time on a shared machine; 'load' is the 1-minute load average when the run ended.",
     ]
+    rounds = max((len(r.get("cpu_s_runs", [])) for r in speed), default=0)
+    if rounds > 1:
+        out.append(
+            f"- Each row is the median of {rounds} interleaved rounds by CPU time (that run's "
+            "measures); every round's events per CPU s, lean path: "
+            + "; ".join(
+                f"{r['policy']} " + ", ".join(f"{r['events'] / c:,.0f}" for c in r["cpu_s_runs"])
+                for r in speed
+                if r["path"] == "place_one"
+            )
+            + "."
+        )
     if base:
         out.append(
             "- 'baseline tree': the same replay on the git revision given with --baseline "
