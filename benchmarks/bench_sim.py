@@ -852,7 +852,7 @@ def floor_notes() -> list[str]:
         "decision (first fit, Nova's spread, best and "
         "worst fit) is then ~20 µs, about half of it Python around the kernels: the request's "
         "context, the plugins' method calls, the allocation record and the touch log; the "
-        "replay loop adds ~3 µs per event. Berth's decision is ~30 µs: three weigher terms "
+        "replay loop adds ~3 µs per event. Berth's decision is ~25 µs: three weigher terms "
         "instead of one, and its fragmentation weigher, which keeps -cost of every flavor placed "
         "so far (85 on this trace) on every host (`berth.core.weighers.frag_host`, floating "
         "flavors): after each change one kernel pass over the table's versions recomputes the "
