@@ -92,11 +92,24 @@ def _raw(weigher: FragmentationWeigher, table: HostTable, flavor: str) -> np.nda
 
 
 @settings(max_examples=examples(0.6), deadline=None)
-@given(table=tables(min_hosts=1, max_hosts=6, extra_flavors=4), data=st.data())
-def test_fragmentation_cost_equals_the_vectorised(table: HostTable, data: st.DataObject) -> None:
+@given(
+    table=tables(min_hosts=1, max_hosts=6, extra_flavors=4),
+    data=st.data(),
+    kernel_rows=st.sampled_from([64, 0]),
+)
+def test_fragmentation_cost_equals_the_vectorised(
+    table: HostTable, data: st.DataObject, kernel_rows: int
+) -> None:
     """Every host's cost, computed cold and then kept up to date through claims and releases
-    (the hosts changed since the last read, in one compiled pass), is the numpy formula's
-    float, bit for bit, for flavors and references of every NUMA mode."""
+    (the hosts changed since the last read: in one compiled pass, or with numpy when there are
+    more than `KERNEL_ROWS`), is the numpy formula's float, bit for bit, for flavors and
+    references of every NUMA mode."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(numa_kernels, "KERNEL_ROWS", kernel_rows)
+        _cost_follows_the_table(table, data)
+
+
+def _cost_follows_the_table(table: HostTable, data: st.DataObject) -> None:
     _fill(table, data, 6)
     largest = data.draw(st.integers(1, 4))
     weigher = FragmentationWeigher(FragmentationParams(largest=largest))
@@ -106,29 +119,39 @@ def test_fragmentation_cost_equals_the_vectorised(table: HostTable, data: st.Dat
             Context(table, RequestSpec(flavor=flavor), table.demand(flavor), NOW)
         )
         want = _vectorised_cost(table, flavor, list(refs))
-        assert _raw(weigher, table, flavor).tobytes() == want.tobytes(), flavor
+        assert np.array_equal(_raw(weigher, table, flavor), want), flavor  # sign of 0 aside
     for _ in range(3):  # incremental: changed hosts only
         _fill(table, data, 3)
         for flavor in data.draw(st.lists(st.sampled_from(flavors), min_size=1, unique=True)):
             ctx = Context(table, RequestSpec(flavor=flavor), table.demand(flavor), NOW)
             want = _vectorised_cost(table, flavor, list(weigher.references(ctx)))
-            assert _raw(weigher, table, flavor).tobytes() == want.tobytes(), flavor
+            assert np.array_equal(_raw(weigher, table, flavor), want), flavor  # sign of 0 aside
 
 
 @settings(max_examples=examples(0.4), deadline=None)
-@given(table=tables(min_hosts=1, max_hosts=6), data=st.data())
-def test_resource_counts_one_host_path_equals_the_vectorised(
-    table: HostTable, data: st.DataObject
+@given(
+    table=tables(min_hosts=1, max_hosts=6),
+    data=st.data(),
+    kernel_rows=st.sampled_from([64, 0]),
+)
+def test_kept_counts_and_cell_fits_equal_the_vectorised(
+    table: HostTable, data: st.DataObject, kernel_rows: int
 ) -> None:
+    """`resource_counts` and `cells_fit`, warm then refreshed on the changed hosts (compiled,
+    or with numpy beyond `KERNEL_ROWS`), equal a fresh vectorised computation."""
     flavors = sorted(table.flavors)
-    for flavor in flavors:
-        table.resource_counts(flavor)  # warm: later refreshes touch a few rows
-    _fill(table, data, 6)
-    for flavor in flavors:
-        fresh = np.minimum(
-            numa.count(table.demand(flavor), table.cell_free, table.host_free), 2**31 - 1
-        )
-        assert np.array_equal(table.resource_counts(flavor), fresh), flavor
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(numa_kernels, "KERNEL_ROWS", kernel_rows)
+        for flavor in flavors:  # warm: later refreshes touch a few rows
+            table.resource_counts(flavor)
+            table.cells_fit(flavor)
+        _fill(table, data, 6)
+        for flavor in flavors:
+            d = table.demand(flavor)
+            fresh = np.minimum(numa.count(d, table.cell_free, table.host_free), 2**31 - 1)
+            assert np.array_equal(table.resource_counts(flavor), fresh), flavor
+            fit = numa.cell_count(d, table.cell_free, limit=1) >= 1
+            assert np.array_equal(table.cells_fit(flavor), fit), flavor
 
 
 @settings(max_examples=examples(0.4), deadline=None)

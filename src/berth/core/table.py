@@ -20,7 +20,7 @@ from berth.core.demand import Demand, build_demand
 from berth.core.errors import ClaimError, FleetError, SpecError, StaleGenerationError
 from berth.core.flavors import FlavorSpec, NumaMode, SpecMatch, parse_flavor
 from berth.core.model import CellPlacement, Fleet, Host, Instance, ServerGroup
-from berth.core.numa import fits, resource_major, take
+from berth.core.numa import cell_count, count, fits, resource_major, take
 from berth.core.resources import (
     C_HUGE,
     C_MEM,
@@ -409,7 +409,11 @@ class HostTable:
         d = self.demand(flavor)
 
         def compute(rows: I64 | None) -> npt.NDArray[np.int32]:
-            return np.minimum(self._counts(d, rows, cells_only=False), INT32_MAX).astype(np.int32)
+            if rows is None or rows.size > numa_kernels.KERNEL_ROWS:
+                counts = count(d, *self.free_rows(rows))
+            else:
+                counts = self._kernel_counts(d, rows, cells_only=False)
+            return np.minimum(counts, INT32_MAX).astype(np.int32)
 
         return self.derived(("count", flavor), compute)
 
@@ -418,16 +422,17 @@ class HostTable:
         d = self.demand(flavor)
 
         def compute(rows: I64 | None) -> Mask:
-            return self._counts(d, rows, cells_only=True) >= 1
+            if rows is None or rows.size > numa_kernels.KERNEL_ROWS:
+                return cell_count(d, self.free_rows(rows)[0], limit=1) >= 1
+            return self._kernel_counts(d, rows, cells_only=True) >= 1
 
         return self.derived(("cells_fit", flavor), compute)
 
-    def _counts(self, d: Demand, rows: I64 | None, *, cells_only: bool) -> I64:
-        """`numa.count` (or `numa.cell_count`) of `d` on `rows` (None: every host), in one
-        compiled pass (`numa_kernels.counts`, `numa_rows`' integer arithmetic)."""
-        which = np.arange(len(self), dtype=np.int64) if rows is None else rows
-        out = np.empty(which.size, dtype=np.int64)
-        numa_kernels.counts(self.cell_free, self.host_free, which, d.packed, cells_only, out)
+    def _kernel_counts(self, d: Demand, rows: I64, *, cells_only: bool) -> I64:
+        """`numa.count` (or `numa.cell_count`) of `d` on a few `rows`, in one compiled pass
+        (`numa_kernels.counts`, `numa_rows`' integer arithmetic)."""
+        out = np.empty(rows.size, dtype=np.int64)
+        numa_kernels.counts(self.cell_free, self.host_free, rows, d.packed, cells_only, out)
         return out
 
     def changed_since(self, seen: int) -> I64:

@@ -14,8 +14,10 @@ profile).
 
 The cost is cached per host (`HostTable.derived`) and recomputed only on the hosts changed since
 the last decision for this flavor (tens of hosts when many flavors share the fleet), in one
-compiled pass with `numa_rows`' integer arithmetic (`numa_kernels.lost_capacity`). Floating
-flavors with floating references keep every flavor's cost current instead (`frag_host`).
+compiled pass with `numa_rows`' integer arithmetic (`numa_kernels.lost_capacity`); a refresh
+of more hosts than `numa_kernels.KERNEL_ROWS` (a cold cache) goes through `numa`'s vectorised
+functions. Floating flavors with floating references keep every flavor's cost current instead
+(`frag_host`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
-from berth.core import numa_kernels
+from berth.core import numa, numa_kernels
 from berth.core.demand import Demand, PackedReferences
 from berth.core.errors import SpecError
 from berth.core.filters.base import Context
@@ -50,11 +52,14 @@ def reference_counts(table: HostTable, references: tuple[str, ...]) -> npt.NDArr
 
 def _caps(table: HostTable, refs: list[Demand]) -> RowFunction:
     def caps(rows: I64 | None) -> npt.NDArray[np.int32]:
-        which = np.arange(len(table), dtype=np.int64) if rows is None else rows
-        out = np.empty((which.size, len(refs)), dtype=np.int32)
-        counted = np.empty(which.size, dtype=np.int64)
+        if rows is None or rows.size > numa_kernels.KERNEL_ROWS:  # many hosts: vectorised
+            cf, hf = table.free_rows(rows)
+            counts = [np.minimum(numa.count(d, cf, hf), INT32_MAX).astype(np.int32) for d in refs]
+            return np.stack(counts, axis=1)
+        out = np.empty((rows.size, len(refs)), dtype=np.int32)
+        counted = np.empty(rows.size, dtype=np.int64)
         for j, d in enumerate(refs):  # compiled, `numa_rows`' arithmetic (numa_kernels)
-            numa_kernels.counts(table.cell_free, table.host_free, which, d.packed, False, counted)
+            numa_kernels.counts(table.cell_free, table.host_free, rows, d.packed, False, counted)
             out[:, j] = np.minimum(counted, INT32_MAX)
         return out
 
@@ -120,6 +125,7 @@ class FragmentationWeigher(HostWeigher):
             return kept.take(rows)
         references = self._store_key[1]
         demand, table = ctx.demand, ctx.table
+        refs = [table.demands[name] for name in references]
         packed = table.state(
             ("fragmentation references", references),
             lambda: PackedReferences.of(
@@ -130,11 +136,23 @@ class FragmentationWeigher(HostWeigher):
         caps = reference_counts(table, references)  # cap_f; `cost` only adds cap'_f
 
         def cost(subset: I64 | None) -> npt.NDArray[np.float32]:
-            which = np.arange(len(table), dtype=np.int64) if subset is None else subset
-            out = np.empty(which.size, dtype=np.float32)
-            cf, hf = table.cell_free, table.host_free
-            before = caps[which]  # (hosts, references), contiguous
-            numa_kernels.lost_capacity(cf, hf, which, before, demand.packed, packed, out)
+            if subset is not None and subset.size <= numa_kernels.KERNEL_ROWS:  # compiled
+                out = np.empty(subset.size, dtype=np.float32)
+                cf, hf, before = table.cell_free, table.host_free, caps[subset]
+                numa_kernels.lost_capacity(cf, hf, subset, before, demand.packed, packed, out)
+                return out
+            before = caps if subset is None else caps[subset]  # many hosts: vectorised
+            out = np.zeros(before.shape[0], dtype=np.float32)
+            sub = np.flatnonzero(before.any(axis=1))  # no room for any reference: nothing to lose
+            if sub.size == 0:
+                return out
+            hosts = sub if subset is None else subset[sub]
+            cf, hf = table.free_rows(hosts)
+            cell_use, host_use = numa.place(demand, cf, hf)
+            cell_after, host_after = cf - cell_use, hf - host_use
+            for j, d in enumerate(refs):
+                counts = before[sub, j]
+                out[sub] += d.spec.vcpus * (counts - numa.count(d, cell_after, host_after))
             return out
 
         # the cost depends only on each host's free columns: cache it per flavor (see derived)
