@@ -20,7 +20,7 @@ from berth.core.demand import Demand, build_demand
 from berth.core.errors import ClaimError, FleetError, SpecError, StaleGenerationError
 from berth.core.flavors import FlavorSpec, NumaMode, SpecMatch, parse_flavor
 from berth.core.model import CellPlacement, Fleet, Host, Instance, ServerGroup
-from berth.core.numa import cell_count, count, fits, resource_major, take
+from berth.core.numa import fits, resource_major, take
 from berth.core.resources import (
     C_HUGE,
     C_MEM,
@@ -409,10 +409,7 @@ class HostTable:
         d = self.demand(flavor)
 
         def compute(rows: I64 | None) -> npt.NDArray[np.int32]:
-            if rows is None or rows.size > numa_kernels.KERNEL_ROWS:
-                counts = count(d, *self.free_rows(rows))
-            else:
-                counts = self._kernel_counts(d, rows, cells_only=False)
+            counts = numa_kernels.count_on(d, self.cell_free, self.host_free, rows)
             return np.minimum(counts, INT32_MAX).astype(np.int32)
 
         return self.derived(("count", flavor), compute)
@@ -422,18 +419,10 @@ class HostTable:
         d = self.demand(flavor)
 
         def compute(rows: I64 | None) -> Mask:
-            if rows is None or rows.size > numa_kernels.KERNEL_ROWS:
-                return cell_count(d, self.free_rows(rows)[0], limit=1) >= 1
-            return self._kernel_counts(d, rows, cells_only=True) >= 1
+            cf, hf = self.cell_free, self.host_free
+            return numa_kernels.count_on(d, cf, hf, rows, cells_only=True) >= 1
 
         return self.derived(("cells_fit", flavor), compute)
-
-    def _kernel_counts(self, d: Demand, rows: I64, *, cells_only: bool) -> I64:
-        """`numa.count` (or `numa.cell_count`) of `d` on a few `rows`, in one compiled pass
-        (`numa_kernels.counts`, `numa_rows`' integer arithmetic)."""
-        out = np.empty(rows.size, dtype=np.int64)
-        numa_kernels.counts(self.cell_free, self.host_free, rows, d.packed, cells_only, out)
-        return out
 
     def changed_since(self, seen: int) -> I64:
         """Rows changed after version `seen`, ascending (what ``touched > seen`` selects).
@@ -534,11 +523,10 @@ class HostTable:
                 server_group=server_group,
                 project=project,
             )
-        if isinstance(fixed, FixedPlan):
+        if isinstance(fixed, FixedPlan):  # shared, read-only: no copies
             cell_use, host_use = fixed.cell_use, fixed.host_use
         else:  # a footprint of its own (NUMA placement, PCI): the claim rule on this host
-            cell_use = np.array(numa_rows.place(d.rows, self.cell_free[row].tolist()), np.int64)
-            host_use = d.host.copy()
+            cell_use, host_use = self.plan_for(flavor, row)
         # as `claim`: refused if any column (used or not) would be negative afterwards
         version = self.version + 1
         if not kernels.move_footprint(

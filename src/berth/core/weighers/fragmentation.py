@@ -52,16 +52,9 @@ def reference_counts(table: HostTable, references: tuple[str, ...]) -> npt.NDArr
 
 def _caps(table: HostTable, refs: list[Demand]) -> RowFunction:
     def caps(rows: I64 | None) -> npt.NDArray[np.int32]:
-        if rows is None or rows.size > numa_kernels.KERNEL_ROWS:  # many hosts: vectorised
-            cf, hf = table.free_rows(rows)
-            counts = [np.minimum(numa.count(d, cf, hf), INT32_MAX).astype(np.int32) for d in refs]
-            return np.stack(counts, axis=1)
-        out = np.empty((rows.size, len(refs)), dtype=np.int32)
-        counted = np.empty(rows.size, dtype=np.int64)
-        for j, d in enumerate(refs):  # compiled, `numa_rows`' arithmetic (numa_kernels)
-            numa_kernels.counts(table.cell_free, table.host_free, rows, d.packed, False, counted)
-            out[:, j] = np.minimum(counted, INT32_MAX)
-        return out
+        cf, hf = table.cell_free, table.host_free
+        counts = np.stack([numa_kernels.count_on(d, cf, hf, rows) for d in refs], axis=1)
+        return np.minimum(counts, INT32_MAX).astype(np.int32)
 
     return caps
 
@@ -128,10 +121,7 @@ class FragmentationWeigher(HostWeigher):
         refs = [table.demands[name] for name in references]
         packed = table.state(
             ("fragmentation references", references),
-            lambda: PackedReferences.of(
-                [table.demands[name].packed for name in references],
-                [table.demands[name].spec.vcpus for name in references],
-            ),
+            lambda: PackedReferences.of([d.packed for d in refs], [d.spec.vcpus for d in refs]),
         )
         caps = reference_counts(table, references)  # cap_f; `cost` only adds cap'_f
 
