@@ -19,8 +19,6 @@ from berth.core.config import SchedulerConfig, check_names, parse_params
 from berth.core.errors import ClaimError, SpecError, StaleGenerationError
 from berth.core.explain import NoValidHost, diagnose
 from berth.core.filters.base import Context, HostFilter, Mask
-from berth.core.filters.num_instances import NumInstancesFilter
-from berth.core.filters.numa_topology import NumaTopologyFilter, page_size_ok
 from berth.core.registry import filter_class, weigher_class
 from berth.core.request import RequestSpec
 from berth.core.table import Allocation, HostTable
@@ -353,8 +351,9 @@ class FilterScheduler:
         counts = table.resource_counts(flavor)
         eligible = self._eligible(ctx)
         for flt in self.filters:
-            if isinstance(flt, NumInstancesFilter):
-                counts = np.minimum(counts, flt.limit() - table.n_instances.astype(np.int64))
+            limit = flt.per_host_limit()
+            if limit is not None:
+                counts = np.minimum(counts, limit - table.n_instances.astype(np.int64))
         return np.where(eligible, np.maximum(counts, 0), 0)
 
     def capacity_eligible(self, table: HostTable, flavor: str, now: float) -> Mask:
@@ -368,8 +367,8 @@ class FilterScheduler:
         for flt in self.filters:
             if flt.static:
                 mask &= flt.mask(ctx)
-        if any(isinstance(f, NumaTopologyFilter) for f in self.filters):
-            mask &= page_size_ok(ctx)
+            elif (part := flt.static_part(ctx)) is not None:
+                mask &= part
         return mask
 
 

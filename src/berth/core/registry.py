@@ -2,7 +2,8 @@
 
 Built-ins are registered here. A user adds a plugin without touching the core either by calling
 `register_filter` / `register_weigher` before building a scheduler, or by naming the class by
-import path (``"mypackage.module:MyFilter"``) in the scheduler configuration.
+import path (``"mypackage.module:MyFilter"``) in the scheduler configuration. Either way the
+plugin must declare its traits (`filters.base.undeclared_traits`, a weigher's `applies`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from berth.core.errors import SpecError
 from berth.core.filters.aggregate_extra_specs import AggregateInstanceExtraSpecsFilter
 from berth.core.filters.all_hosts import AllHostsFilter
 from berth.core.filters.availability_zone import AvailabilityZoneFilter
-from berth.core.filters.base import HostFilter
+from berth.core.filters.base import HostFilter, undeclared_traits
 from berth.core.filters.compute import ComputeFilter
 from berth.core.filters.compute_capabilities import ComputeCapabilitiesFilter
 from berth.core.filters.disk import DiskFilter
@@ -50,13 +51,23 @@ W = TypeVar("W", bound=type[HostWeigher])
 
 def register_filter(cls: F) -> F:
     """Register a filter class under its `name` (usable as a decorator)."""
+    _check_declared("filter", cls, undeclared_traits(cls))
     FILTERS[cls.name] = cls
     return cls
 
 
 def register_weigher(cls: W) -> W:
+    _check_declared("weigher", cls, sorted(getattr(cls, "__abstractmethods__", ())))
     WEIGHERS[cls.name] = cls
     return cls
+
+
+def _check_declared(what: str, cls: type, missing: list[str]) -> None:
+    if missing:
+        raise SpecError(
+            f"{what} {cls.__module__}:{cls.__qualname__} must declare "
+            f"{', '.join(missing)} (docs/scheduling.md)"
+        )
 
 
 for _f in (
@@ -112,7 +123,9 @@ def _by_path(path: str, base: type) -> type:
 
 def filter_class(name: str) -> type[HostFilter]:
     if ":" in name:
-        return _by_path(name, HostFilter)
+        cls: type[HostFilter] = _by_path(name, HostFilter)
+        _check_declared("filter", cls, undeclared_traits(cls))
+        return cls
     try:
         return FILTERS[name]
     except KeyError:
@@ -122,7 +135,9 @@ def filter_class(name: str) -> type[HostFilter]:
 
 def weigher_class(name: str) -> type[HostWeigher]:
     if ":" in name:
-        return _by_path(name, HostWeigher)
+        cls: type[HostWeigher] = _by_path(name, HostWeigher)
+        _check_declared("weigher", cls, sorted(getattr(cls, "__abstractmethods__", ())))
+        return cls
     try:
         return WEIGHERS[name]
     except KeyError:

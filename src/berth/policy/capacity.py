@@ -23,9 +23,6 @@ import numpy.typing as npt
 from berth.core import numa
 from berth.core.engine import FilterScheduler
 from berth.core.filters.base import Context
-from berth.core.filters.compute import ComputeFilter
-from berth.core.filters.num_instances import NumInstancesFilter
-from berth.core.filters.numa_topology import NumaTopologyFilter, page_size_ok
 from berth.core.request import RequestSpec
 from berth.core.table import HostTable
 from berth.policy.catalogue import Candidate, Catalogue
@@ -68,12 +65,12 @@ class CapacityCounter:
         self._static_matrix: weakref.WeakKeyDictionary[
             HostTable, dict[tuple[tuple[str, str], ...], tuple[int, Mask]]
         ] = weakref.WeakKeyDictionary()
-        self._compute = [f for f in scheduler.filters if isinstance(f, ComputeFilter)]
+        # static filters of the host's live state (the compute filter) are evaluated per call
+        self._compute = [f for f in scheduler.filters if f.static and f.kind == "host_state"]
         self._limit = min(
-            (f.limit() for f in scheduler.filters if isinstance(f, NumInstancesFilter)),
+            (n for f in scheduler.filters if (n := f.per_host_limit()) is not None),
             default=None,
         )
-        self._numa = any(isinstance(f, NumaTopologyFilter) for f in scheduler.filters)
 
     # ------------------------------------------------------------------ resource counts
     def _state(self, table: HostTable) -> _Counts:
@@ -166,10 +163,10 @@ class CapacityCounter:
         ctx = Context(table, RequestSpec(flavor=flavor), table.demand(flavor), 0.0)
         mask = cluster.pool_mask(tuple(self.catalogue.pools[pool].traits)).copy()
         for flt in self.scheduler.filters:
-            if flt.static and not isinstance(flt, ComputeFilter):
+            if flt.static and flt not in self._compute:
                 mask &= flt.mask(ctx)
-        if self._numa:
-            mask &= page_size_ok(ctx)
+            elif not flt.static and (part := flt.static_part(ctx)) is not None:
+                mask &= part
         per_table[key] = (len(table), mask)
         return mask
 

@@ -52,13 +52,7 @@ from berth.core import numa
 from berth.core.demand import Demand
 from berth.core.engine import Decision, FilterScheduler, Selection, commit
 from berth.core.explain import NoValidHost
-from berth.core.filters.base import Context, HostFilter
-from berth.core.filters.disk import DiskFilter
-from berth.core.filters.num_instances import NumInstancesFilter
-from berth.core.filters.numa_topology import NumaTopologyFilter, page_size_ok
-from berth.core.filters.pci_passthrough import PciPassthroughFilter
-from berth.core.filters.ram import RamFilter
-from berth.core.filters.vcpu import VcpuFilter
+from berth.core.filters.base import Context
 from berth.core.request import RequestSpec
 from berth.core.resources import CELL_BASE, CELLS, HOST_RESOURCES
 from berth.core.table import Allocation, HostTable
@@ -73,16 +67,6 @@ EXACT_LIMIT = 10
 SUBSET_BUDGET = 4096
 """Hosts with more are still searched exactly at victim counts k while C(victims, k) is at most
 this; past it the heuristic takes over for that host."""
-
-_RELAXABLE: tuple[type[HostFilter], ...] = (
-    RamFilter,
-    VcpuFilter,
-    DiskFilter,
-    PciPassthroughFilter,
-    NumaTopologyFilter,
-    NumInstancesFilter,
-)
-"""Filters whose verdict evictions can change: judged by the resource model, then verified."""
 
 _CHUNK = 400_000  # values per vectorised batch of subsets (bounds memory)
 _PER_HOST = 2  # fitting subsets kept per host and subset size for verification
@@ -390,10 +374,10 @@ class _Search:
         ctx = Context(table, request, d, self.now)
         screen = np.ones(len(table), dtype=bool)
         for flt in self.scheduler.filters:
-            if not isinstance(flt, _RELAXABLE):
+            if not flt.relaxable_by_eviction:
                 screen &= flt.mask(ctx)
-        if any(isinstance(f, NumaTopologyFilter) for f in self.scheduler.filters):
-            screen &= page_size_ok(ctx)
+            elif (part := flt.static_part(ctx)) is not None:
+                screen &= part  # what no eviction changes (the NUMA filter's page size)
         # hosts where the instance could not fit even empty are out before victims are looked at
         screen &= numa.count(d, table.cell_cap, table.host_cap, limit=1) >= 1
         names = [h for h in source.hosts(table) if screen[table.index[h]]]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from berth.core.engine import FilterScheduler
-from berth.core.filters.base import Context, HostFilter, Mask
+from berth.core.filters.base import Context, HostFilter, Mask, Workload
 
 
 class HostSubsetFilter(HostFilter):
@@ -19,6 +19,16 @@ class HostSubsetFilter(HostFilter):
 
     name = "host_subset"
     static = True
+    kind = "placement"
+    relaxable_by_eviction = False
+    implied_by_count = False
+
+    @classmethod
+    def applies(cls, work: Workload) -> bool:
+        return True
+
+    def per_host_limit(self) -> int | None:
+        return None
 
     def __init__(self, allowed: Mask, reason: str) -> None:
         super().__init__()

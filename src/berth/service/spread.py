@@ -15,7 +15,7 @@ import weakref
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from berth.core.filters.base import Context
+from berth.core.filters.base import Context, Workload
 from berth.core.table import HostTable
 from berth.core.weighers.base import F64, I64, HostWeigher
 
@@ -51,6 +51,10 @@ class ReplicaSpreadWeigher(HostWeigher):
         )
         self._cache[table] = values
         return values
+
+    @classmethod
+    def applies(cls, work: Workload) -> bool:
+        return True
 
     def raw(self, ctx: Context, rows: I64) -> F64:
         return self._values(ctx.table)[rows]

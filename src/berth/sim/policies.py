@@ -19,13 +19,15 @@ which is the simulator's and not part of the scheduler configuration.
 Lean filters. The core's default list has 18 filters; most cannot reject anything in a given
 replay (no images, no PCI, ...), yet each costs a pass over the fleet per decision. For the
 named profiles (and files that do not list `filters`) the simulator keeps the default order but
-drops every filter that provably passes every host for this trace and fleet: request-dependent
-ones whose inputs the trace never uses (images, PCI, traits, hints, zones, groups), and the
-compute filter when every host is enabled and fresh at the start. Soft-affinity weighers are
-dropped when no soft group exists (their values are all zero). Such decisions are the same as
-with the full list; only the time differs. One real difference: `num_instances` (an operational
-cap of 50 instances per host, not a resource) is dropped too, so that traces are replayed on
-resources alone; list `filters` in a policy file to keep it.
+drops every filter and weigher whose `applies` says it cannot matter for this trace and fleet
+(the `Workload`: the flavors used, zones when the trace has them, no images, no hints):
+request-dependent filters whose inputs the trace never uses (images, PCI, traits, hints, zones,
+groups), the compute filter when every host is enabled and fresh at the start, and the
+soft-affinity weighers when no soft group exists (their values are all zero). Such decisions
+are the same as with the full list; only the time differs. One real difference: the workload
+leaves out operational caps, so `num_instances` (50 instances per host, not a resource) is
+dropped too and traces are replayed on resources alone; list `filters` in a policy file to keep
+it.
 """
 
 from __future__ import annotations
@@ -36,19 +38,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
 import yaml
 from pydantic import ValidationError
 
-from berth.core.config import DEFAULT_FILTERS, PROFILES, SchedulerConfig, WeigherConfig
+from berth.core.config import DEFAULT_FILTERS, PROFILES, SchedulerConfig
 from berth.core.defrag.admit import MAX_ADMISSION
 from berth.core.engine import FilterScheduler
 from berth.core.errors import BerthError
-from berth.core.filters.base import Context
-from berth.core.flavors import FlavorSpec, NumaMode
-from berth.core.model import GroupPolicy
-from berth.core.registry import filter_class
-from berth.core.request import RequestSpec
+from berth.core.filters.base import Workload
+from berth.core.registry import filter_class, weigher_class
 from berth.core.table import HostTable
 from berth.fleet.io import describe_validation_error
 from berth.sim.defrag import PeriodicDefrag
@@ -184,65 +182,24 @@ def resolve_all(specs: Iterable[str]) -> list[Policy]:
     return out
 
 
-def _needed_filters(
-    table: HostTable, flavors: Sequence[FlavorSpec], zoned: bool, now: float
-) -> set[str]:
-    """Filters that can reject some host for some request of this replay."""
-    need = {"ram", "vcpu"}
-    if zoned:
-        need.add("availability_zone")
-    if any(f.required_traits or f.forbidden_traits for f in flavors):
-        need.add("traits")
-    if any(f.aggregate_specs for f in flavors):
-        need.add("aggregate_instance_extra_specs")
-    if any(f.capability_specs for f in flavors):
-        need.add("compute_capabilities")
-    if any(f.trusted for f in flavors):
-        need.add("trusted")
-    if any(f.disk_gb for f in flavors):
-        need.add("disk")
-    if any(f.pci for f in flavors):
-        need.add("pci_passthrough")
-    if any(f.numa_mode != NumaMode.NONE or f.hugepages for f in flavors):
-        need.add("numa_topology")
-    policies = {g.policy for g in table.groups.values()}
-    if GroupPolicy.ANTI_AFFINITY in policies:
-        need.add("server_group_anti_affinity")
-    if GroupPolicy.AFFINITY in policies:
-        need.add("server_group_affinity")
-    # host-state filters: kept when they reject some host at the start of the replay
-    if flavors:
-        probe = Context(
-            table, RequestSpec(flavor=flavors[0].name), table.demand(flavors[0].name), now
-        )
-        compute = filter_class("compute")()
-        if not bool(np.all(compute.mask(probe))):
-            need.add("compute")
-    return need
-
-
 def lean_config(
     policy: Policy, table: HostTable, flavors: Sequence[str], zoned: bool, now: float
 ) -> SchedulerConfig:
     """The policy's configuration with no-op filters and weighers removed (see module doc)."""
     if not policy.lean:
         return policy.config
-    specs = [table.flavors[f] for f in flavors]
-    need = _needed_filters(table, specs, zoned, now)
+    work = Workload(
+        table,
+        [table.flavors[f] for f in flavors],
+        now,
+        zones=zoned,
+        images=False,
+        hints=False,
+        instance_caps=False,
+    )
     base = policy.config.filters if "filters" in policy.config.model_fields_set else DEFAULT_FILTERS
-    filters = [f for f in base if f in need or f not in DEFAULT_FILTERS]
-    soft = {
-        g.policy
-        for g in table.groups.values()
-        if g.policy in (GroupPolicy.SOFT_AFFINITY, GroupPolicy.SOFT_ANTI_AFFINITY)
-    }
-    weighers: list[WeigherConfig] = []
-    for w in policy.config.weighers:
-        if w.name == "soft_affinity" and GroupPolicy.SOFT_AFFINITY not in soft:
-            continue
-        if w.name == "soft_anti_affinity" and GroupPolicy.SOFT_ANTI_AFFINITY not in soft:
-            continue
-        weighers.append(w)
+    filters = [f for f in base if filter_class(f).applies(work)]
+    weighers = [w for w in policy.config.weighers if weigher_class(w.name).applies(work)]
     params = {k: v for k, v in policy.config.filter_params.items() if k in filters}
     return policy.config.model_copy(
         update={"filters": filters, "weighers": weighers, "filter_params": params}

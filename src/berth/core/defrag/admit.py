@@ -31,7 +31,7 @@ import numpy.typing as npt
 
 from berth.core.defrag.journal import Journal
 from berth.core.defrag.model import Move
-from berth.core.defrag.rules import IMPLIED_BY_COUNT, TargetRules, immovable
+from berth.core.defrag.rules import TargetRules, immovable
 from berth.core.engine import FilterScheduler
 from berth.core.filters.base import Context
 from berth.core.flavors import NumaMode
@@ -111,7 +111,7 @@ def fitting(
     if not resources:
         mask &= table.page_size_ok(demand.spec)
     for flt in scheduler.filters:
-        if resources or type(flt) not in IMPLIED_BY_COUNT:
+        if resources or not flt.implied_by_count:
             mask &= flt.mask(ctx)
     return mask
 

@@ -17,7 +17,6 @@ from berth.core.defrag.model import Figures, Objective, Target
 from berth.core.demand import Demand
 from berth.core.engine import FilterScheduler
 from berth.core.errors import SpecError
-from berth.core.filters.num_instances import NumInstancesFilter
 from berth.core.flavors import NumaMode
 from berth.core.fragmentation import eligible_hosts, fragmentation_rate
 from berth.core.numa_rows import BIG
@@ -53,7 +52,8 @@ def capacity_eligible(
 
 
 def instance_limit(scheduler: FilterScheduler) -> int | None:
-    limits = [f.limit() for f in scheduler.filters if isinstance(f, NumInstancesFilter)]
+    """The tightest per-host instance limit the scheduler's filters declare (None: none)."""
+    limits = [n for f in scheduler.filters if (n := f.per_host_limit()) is not None]
     return min(limits) if limits else None
 
 

@@ -15,13 +15,8 @@ import numpy.typing as npt
 
 from berth.core.engine import FilterScheduler
 from berth.core.errors import BerthError
-from berth.core.filters.base import Context, HostFilter
-from berth.core.filters.disk import DiskFilter
-from berth.core.filters.numa_topology import NumaTopologyFilter
-from berth.core.filters.pci_passthrough import PciPassthroughFilter
-from berth.core.filters.ram import RamFilter
+from berth.core.filters.base import Context
 from berth.core.filters.traits import trait_mask
-from berth.core.filters.vcpu import VcpuFilter
 from berth.core.flavors import NumaMode
 from berth.core.model import GroupPolicy
 from berth.core.request import RequestSpec
@@ -113,14 +108,6 @@ def footprint_error(table: HostTable, flavor: str, cell_use: I64, host_use: I64)
     return None
 
 
-IMPLIED_BY_COUNT: frozenset[type[HostFilter]] = frozenset(
-    {RamFilter, VcpuFilter, DiskFilter, PciPassthroughFilter, NumaTopologyFilter}
-)
-"""Resource filters that pass whenever the NUMA-exact count (`numa.count` >= 1, which
-`TargetRules.mask` applies anyway, with the page size in the static part) says one more fits;
-skipped there (exact classes only, not subclasses that may add rules)."""
-
-
 class TargetRules:
     """Hosts that may take a migrating instance now: the scheduler's filters plus the
     migration's own rules (same zone, enabled, not draining, not excluded, not the source, and
@@ -142,9 +129,9 @@ class TargetRules:
         self.blocked = blocked
         self.keep_traits = frozenset(keep_traits)
         self._static: dict[Hashable, Mask] = {}
-        self._dynamic = [
-            f for f in scheduler.filters if not f.static and type(f) not in IMPLIED_BY_COUNT
-        ]
+        # filters a NUMA-exact count of one (`mask` applies it, the page size is in the static
+        # part) already implies are skipped
+        self._dynamic = [f for f in scheduler.filters if not f.static and not f.implied_by_count]
 
     def request(self, table: HostTable, alloc: Allocation) -> RequestSpec:
         zone = table.zones.words[int(table.zone[table.index[alloc.host]])]

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from berth.core.filters.base import Context, HostFilter, Mask, Rejection
+from berth.core.filters.base import Context, HostFilter, Mask, Rejection, Workload
+from berth.core.request import RequestSpec
 
 
 class ComputeParams(BaseModel):
@@ -18,6 +20,21 @@ class ComputeParams(BaseModel):
 class ComputeFilter(HostFilter):
     name = "compute"
     Params = ComputeParams
+    kind = "host_state"
+    relaxable_by_eviction = False
+    implied_by_count = False
+
+    @classmethod
+    def applies(cls, work: Workload) -> bool:
+        """True when it rejects some host at the run's start (with default parameters)."""
+        if not work.flavors:
+            return False
+        first = work.flavors[0].name
+        probe = Context(work.table, RequestSpec(flavor=first), work.table.demand(first), work.now)
+        return not bool(np.all(cls().mask(probe)))
+
+    def per_host_limit(self) -> int | None:
+        return None
 
     def _fresh(self, ctx: Context) -> Mask:
         assert isinstance(self.params, ComputeParams)

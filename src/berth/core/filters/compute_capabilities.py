@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from berth.core.filters.base import Context
+from berth.core.filters.base import Context, Workload
 from berth.core.filters.keyed import KeyedSpecFilter
 from berth.core.flavors import SpecMatch
 from berth.core.table import KeyedValues
@@ -12,6 +12,16 @@ class ComputeCapabilitiesFilter(KeyedSpecFilter):
     name = "compute_capabilities"
     code = "capability_mismatch"
     label = "capability"
+    kind = "placement"
+    relaxable_by_eviction = False
+    implied_by_count = False
+
+    @classmethod
+    def applies(cls, work: Workload) -> bool:
+        return any(f.capability_specs for f in work.flavors)
+
+    def per_host_limit(self) -> int | None:
+        return None
 
     def _store(self, ctx: Context) -> dict[str, KeyedValues]:
         return ctx.table.capabilities

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from berth.core.filters.base import Context, HostFilter, Mask, Rejection
+from berth.core.filters.base import Context, HostFilter, Mask, Rejection, Workload
 from berth.core.model import DiskKind
 from berth.core.resources import H_HDD, H_SSD
 
@@ -12,6 +12,16 @@ from berth.core.resources import H_HDD, H_SSD
 class DiskFilter(HostFilter):
     name = "disk"
     static = False
+    kind = "resource"
+    relaxable_by_eviction = True
+    implied_by_count = True
+
+    @classmethod
+    def applies(cls, work: Workload) -> bool:
+        return any(f.disk_gb for f in work.flavors)
+
+    def per_host_limit(self) -> int | None:
+        return None
 
     @staticmethod
     def _column(ctx: Context) -> int:

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
-from berth.core.filters.base import Context, HostFilter, Mask, Rejection
+from berth.core.filters.base import Context, HostFilter, Mask, Rejection, Workload
 
 
 class ImagePropertiesFilter(HostFilter):
     name = "image_properties"
+    kind = "placement"
+    relaxable_by_eviction = False
+    implied_by_count = False
+
+    @classmethod
+    def applies(cls, work: Workload) -> bool:
+        return work.images
+
+    def per_host_limit(self) -> int | None:
+        return None
 
     def _arch(self, ctx: Context) -> Mask:
         want = ctx.request.image.architecture

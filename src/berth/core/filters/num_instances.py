@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from berth.core.filters.base import Context, HostFilter, Mask
+from berth.core.filters.base import Context, HostFilter, Mask, Workload
 
 
 class NumInstancesParams(BaseModel):
@@ -18,13 +18,20 @@ class NumInstancesFilter(HostFilter):
     name = "num_instances"
     Params = NumInstancesParams
     static = False
+    kind = "host_state"
+    relaxable_by_eviction = True
+    implied_by_count = False
 
-    def limit(self) -> int:
+    @classmethod
+    def applies(cls, work: Workload) -> bool:
+        return work.instance_caps
+
+    def per_host_limit(self) -> int:
         assert isinstance(self.params, NumInstancesParams)
         return self.params.max_instances_per_host
 
     def mask(self, ctx: Context) -> Mask:
-        return ctx.table.n_instances < self.limit()
+        return ctx.table.n_instances < self.per_host_limit()
 
     def describe(self, ctx: Context) -> str:
-        return f"already runs {self.limit()} instances"
+        return f"already runs {self.per_host_limit()} instances"

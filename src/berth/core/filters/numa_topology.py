@@ -13,7 +13,7 @@ import numpy as np
 
 from berth.core import numa
 from berth.core.demand import Demand
-from berth.core.filters.base import Context, HostFilter, Mask, Rejection
+from berth.core.filters.base import Context, HostFilter, Mask, Rejection, Workload
 from berth.core.flavors import NumaMode
 from berth.core.resources import CELL_BASE, cell_resource_name
 
@@ -33,6 +33,19 @@ def _only(d: Demand, columns: list[int]) -> Demand:
 class NumaTopologyFilter(HostFilter):
     name = "numa_topology"
     static = False
+    kind = "resource"
+    relaxable_by_eviction = True
+    implied_by_count = True
+
+    @classmethod
+    def applies(cls, work: Workload) -> bool:
+        return any(f.numa_mode != NumaMode.NONE or f.hugepages for f in work.flavors)
+
+    def per_host_limit(self) -> int | None:
+        return None
+
+    def static_part(self, ctx: Context) -> Mask | None:
+        return page_size_ok(ctx)
 
     def mask(self, ctx: Context) -> Mask:
         d = ctx.demand

@@ -8,13 +8,23 @@ from __future__ import annotations
 
 import numpy as np
 
-from berth.core.filters.base import Context, HostFilter, Mask, Rejection
+from berth.core.filters.base import Context, HostFilter, Mask, Rejection, Workload
 from berth.core.resources import CELL_BASE
 
 
 class PciPassthroughFilter(HostFilter):
     name = "pci_passthrough"
     static = False
+    kind = "resource"
+    relaxable_by_eviction = True
+    implied_by_count = True
+
+    @classmethod
+    def applies(cls, work: Workload) -> bool:
+        return any(f.pci for f in work.flavors)
+
+    def per_host_limit(self) -> int | None:
+        return None
 
     @staticmethod
     def _want(ctx: Context) -> np.ndarray:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from berth.core.filters.base import Context, HostFilter, Mask
+from berth.core.filters.base import Context, HostFilter, Mask, Workload
 from berth.core.model import GroupPolicy
 
 
@@ -25,6 +25,17 @@ class RackAntiAffinityFilter(HostFilter):
     name = "rack_anti_affinity"
     Params = RackAntiAffinityParams
     static = False
+    kind = "placement"
+    relaxable_by_eviction = False
+    implied_by_count = False
+
+    @classmethod
+    def applies(cls, work: Workload) -> bool:
+        groups = work.table.groups.values()
+        return any(g.policy == GroupPolicy.ANTI_AFFINITY for g in groups)
+
+    def per_host_limit(self) -> int | None:
+        return None
 
     def _applies(self, ctx: Context) -> str | None:
         assert isinstance(self.params, RackAntiAffinityParams)

@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import numpy as np
 
-from berth.core.filters.base import Context, HostFilter, Mask, Rejection
+from berth.core.filters.base import Context, HostFilter, Mask, Rejection, Workload
 from berth.core.resources import H_MEM
 
 
 class RamFilter(HostFilter):
     name = "ram"
     static = False
+    kind = "resource"
+    relaxable_by_eviction = True
+    implied_by_count = True
+
+    @classmethod
+    def applies(cls, work: Workload) -> bool:
+        return True
+
+    def per_host_limit(self) -> int | None:
+        return None
 
     def mask(self, ctx: Context) -> Mask:
         need = ctx.demand.host[H_MEM]

@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from berth.core.filters.base import Context, HostFilter, Mask
+from berth.core.filters.base import Context, HostFilter, Mask, Workload
 
 
 class RetryFilter(HostFilter):
     name = "retry"
+    kind = "placement"
+    relaxable_by_eviction = False
+    implied_by_count = False
+
+    @classmethod
+    def applies(cls, work: Workload) -> bool:
+        return work.hints
+
+    def per_host_limit(self) -> int | None:
+        return None
 
     def mask(self, ctx: Context) -> Mask:
         if not ctx.request.ignore_hosts:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from berth.core.filters.base import Context, HostFilter, Mask
+from berth.core.filters.base import Context, HostFilter, Mask, Workload
 
 
 def _rows(ctx: Context, instance_ids: tuple[str, ...]) -> list[int]:
@@ -17,6 +17,16 @@ def _rows(ctx: Context, instance_ids: tuple[str, ...]) -> list[int]:
 class SameHostFilter(HostFilter):
     name = "same_host"
     static = False
+    kind = "placement"
+    relaxable_by_eviction = False
+    implied_by_count = False
+
+    @classmethod
+    def applies(cls, work: Workload) -> bool:
+        return work.hints
+
+    def per_host_limit(self) -> int | None:
+        return None
 
     def mask(self, ctx: Context) -> Mask:
         n = len(ctx.table)
@@ -33,6 +43,16 @@ class SameHostFilter(HostFilter):
 class DifferentHostFilter(HostFilter):
     name = "different_host"
     static = False
+    kind = "placement"
+    relaxable_by_eviction = False
+    implied_by_count = False
+
+    @classmethod
+    def applies(cls, work: Workload) -> bool:
+        return work.hints
+
+    def per_host_limit(self) -> int | None:
+        return None
 
     def mask(self, ctx: Context) -> Mask:
         if not ctx.request.different_host:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from berth.core.filters.base import Context, HostFilter, Mask
+from berth.core.filters.base import Context, HostFilter, Mask, Workload
 from berth.core.model import GroupPolicy, ServerGroup
 
 
@@ -20,9 +20,23 @@ def _group(ctx: Context, policy: GroupPolicy) -> ServerGroup | None:
     return group if group is not None and group.policy == policy else None
 
 
+def _any_group(work: Workload, policy: GroupPolicy) -> bool:
+    return any(g.policy == policy for g in work.table.groups.values())
+
+
 class ServerGroupAffinityFilter(HostFilter):
     name = "server_group_affinity"
     static = False
+    kind = "placement"
+    relaxable_by_eviction = False
+    implied_by_count = False
+
+    @classmethod
+    def applies(cls, work: Workload) -> bool:
+        return _any_group(work, GroupPolicy.AFFINITY)
+
+    def per_host_limit(self) -> int | None:
+        return None
 
     def mask(self, ctx: Context) -> Mask:
         group = _group(ctx, GroupPolicy.AFFINITY)
@@ -38,6 +52,16 @@ class ServerGroupAffinityFilter(HostFilter):
 class ServerGroupAntiAffinityFilter(HostFilter):
     name = "server_group_anti_affinity"
     static = False
+    kind = "placement"
+    relaxable_by_eviction = False
+    implied_by_count = False
+
+    @classmethod
+    def applies(cls, work: Workload) -> bool:
+        return _any_group(work, GroupPolicy.ANTI_AFFINITY)
+
+    def per_host_limit(self) -> int | None:
+        return None
 
     def mask(self, ctx: Context) -> Mask:
         group = _group(ctx, GroupPolicy.ANTI_AFFINITY)

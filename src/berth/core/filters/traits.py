@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from berth.core.filters.base import Context, HostFilter, Mask, Rejection
+from berth.core.filters.base import Context, HostFilter, Mask, Rejection, Workload
 from berth.core.table import HostTable
 
 
@@ -21,6 +21,16 @@ def trait_mask(table: HostTable, traits: frozenset[str] | set[str]) -> np.ndarra
 
 class TraitsFilter(HostFilter):
     name = "traits"
+    kind = "placement"
+    relaxable_by_eviction = False
+    implied_by_count = False
+
+    @classmethod
+    def applies(cls, work: Workload) -> bool:
+        return work.images or any(f.required_traits or f.forbidden_traits for f in work.flavors)
+
+    def per_host_limit(self) -> int | None:
+        return None
 
     @staticmethod
     def _wanted(ctx: Context) -> tuple[set[str], set[str]]:

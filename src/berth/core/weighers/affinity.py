@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from berth.core.filters.base import Context
+from berth.core.filters.base import Context, Workload
 from berth.core.model import GroupPolicy
 from berth.core.weighers.base import F64, I64, HostWeigher
 
@@ -20,8 +20,17 @@ def _members(ctx: Context, rows: I64, policy: GroupPolicy) -> F64:
     return ctx.table.group_count(group.id)[rows].astype(np.float64)
 
 
+def _any_group(work: Workload, policy: GroupPolicy) -> bool:
+    """Without a group of the policy every value is zero."""
+    return any(g.policy == policy for g in work.table.groups.values())
+
+
 class SoftAffinityWeigher(HostWeigher):
     name = "soft_affinity"
+
+    @classmethod
+    def applies(cls, work: Workload) -> bool:
+        return _any_group(work, GroupPolicy.SOFT_AFFINITY)
 
     def raw(self, ctx: Context, rows: I64) -> F64:
         return _members(ctx, rows, GroupPolicy.SOFT_AFFINITY)
@@ -29,6 +38,10 @@ class SoftAffinityWeigher(HostWeigher):
 
 class SoftAntiAffinityWeigher(HostWeigher):
     name = "soft_anti_affinity"
+
+    @classmethod
+    def applies(cls, work: Workload) -> bool:
+        return _any_group(work, GroupPolicy.SOFT_ANTI_AFFINITY)
 
     def raw(self, ctx: Context, rows: I64) -> F64:
         return -_members(ctx, rows, GroupPolicy.SOFT_ANTI_AFFINITY)

@@ -4,6 +4,9 @@ A weigher returns one raw value per candidate host; higher means "more of what t
 measures". The engine scales each weigher's values to [0, 1] over the candidates and multiplies
 by the configured weight, so a positive weight prefers high values (spread, for free RAM) and a
 negative weight prefers low ones (pack).
+
+A weigher declares when it can change an order (`applies`); the registry refuses one that
+does not.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel
 
-from berth.core.filters.base import Context, NoParams
+from berth.core.filters.base import Context, NoParams, Workload
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -27,6 +30,13 @@ class HostWeigher(ABC):
 
     def __init__(self, params: BaseModel | None = None) -> None:
         self.params = params if params is not None else self.Params()
+
+    @classmethod
+    @abstractmethod
+    def applies(cls, work: Workload) -> bool:
+        """False only when the raw values are equal on every host for every request of `work`
+        (they then cannot change an order): the simulator's lean replay drops the weigher.
+        True when unsure."""
 
     @abstractmethod
     def raw(self, ctx: Context, rows: I64) -> F64:

@@ -24,7 +24,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from berth.core.filters.base import Context
+from berth.core.filters.base import Context, Workload
 from berth.core.resources import C_HUGE, C_PCPU, H_MEM, H_VCPU
 from berth.core.table import HostTable
 from berth.core.weighers.base import F64, I64, HostWeigher
@@ -34,6 +34,10 @@ class FirstFitWeigher(HostWeigher):
     """Fleet order: the first host (lowest row) that fits wins with a positive weight."""
 
     name = "first_fit"
+
+    @classmethod
+    def applies(cls, work: Workload) -> bool:
+        return True
 
     def raw(self, ctx: Context, rows: I64) -> F64:
         return -rows.astype(np.float64)
@@ -60,6 +64,10 @@ class LeftoverWeigher(HostWeigher):
     def __init__(self, params: BaseModel | None = None) -> None:
         super().__init__(params)
         self._caps: tuple[I64, F64, F64] | None = None
+
+    @classmethod
+    def applies(cls, work: Workload) -> bool:
+        return True
 
     def _host_caps(self, table: HostTable) -> tuple[F64, F64]:
         """max(cap, 1) of the host vCPU and memory columns, kept while the table's capacity

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from berth.core import numa, numa_kernels
 from berth.core.demand import Demand, PackedReferences
 from berth.core.errors import SpecError
-from berth.core.filters.base import Context
+from berth.core.filters.base import Context, Workload
 from berth.core.table import INT32_MAX, HostTable, RowFunction
 from berth.core.weighers.base import F64, I64, HostWeigher
 from berth.core.weighers.frag_host import HostOnlyCosts
@@ -78,6 +78,10 @@ class FragmentationWeigher(HostWeigher):
         self._largest: list[str] = []
         self._names: list[str] | None = None
         self._store_key: tuple[str, tuple[str, ...]] = (_STORE, ())
+
+    @classmethod
+    def applies(cls, work: Workload) -> bool:
+        return True
 
     def references(self, ctx: Context) -> list[str]:
         assert isinstance(self.params, FragmentationParams)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel
 
-from berth.core.filters.base import Context
+from berth.core.filters.base import Context, Workload
 from berth.core.model import DiskKind
 from berth.core.resources import C_PCPU, H_HDD, H_MEM, H_SSD, H_VCPU
 from berth.core.table import HostTable
@@ -16,6 +16,10 @@ class RamWeigher(HostWeigher):
     """Free RAM. Positive weight spreads (Nova's default), negative packs."""
 
     name = "ram"
+
+    @classmethod
+    def applies(cls, work: Workload) -> bool:
+        return True
 
     def raw(self, ctx: Context, rows: I64) -> F64:
         return self.column(ctx).take(rows).astype(np.float64)
@@ -32,6 +36,10 @@ class VcpuWeigher(HostWeigher):
     def __init__(self, params: BaseModel | None = None) -> None:
         super().__init__(params)
         self._pinned: tuple[I64, bool] | None = None
+
+    @classmethod
+    def applies(cls, work: Workload) -> bool:
+        return True
 
     def _any_pinned(self, table: HostTable) -> bool:
         """Whether some host has pinnable CPUs, kept while the table's capacity array is the
@@ -54,6 +62,10 @@ class DiskWeigher(HostWeigher):
     """Free local disk of the flavor's kind."""
 
     name = "disk"
+
+    @classmethod
+    def applies(cls, work: Workload) -> bool:
+        return True
 
     def raw(self, ctx: Context, rows: I64) -> F64:
         col = H_SSD if ctx.demand.spec.disk_kind == DiskKind.SSD else H_HDD

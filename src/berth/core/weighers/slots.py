@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from berth.core import numa
 from berth.core.errors import SpecError
-from berth.core.filters.base import Context
+from berth.core.filters.base import Context, Workload
 from berth.core.flavors import FlavorSpec
 from berth.core.resources import C_PCPU, H_MEM, H_VCPU
 from berth.core.table import INT32_MAX, HostTable
@@ -79,6 +79,10 @@ class SlotLossWeigher(HostWeigher):
         self._key: tuple[int, int, int] | None = None
         self._refs: tuple[str, ...] = ()
         self._ranked: tuple[str, ...] = ()
+
+    @classmethod
+    def applies(cls, work: Workload) -> bool:
+        return True
 
     @property
     def p(self) -> SlotLossParams:
