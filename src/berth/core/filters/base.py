@@ -34,7 +34,8 @@ FilterKind = Literal["resource", "placement", "host_state"]
 """What a filter judges: ``resource``, room for the demand in the free columns (claims change
 it); ``placement``, where the request may go by its own terms (zone, image, traits, groups,
 hints); ``host_state``, the host's own condition apart from room (enabled, heartbeat, instances
-running), which changes without any request."""
+running). A static ``host_state`` filter may change with time alone (the heartbeat), so the
+capacity report evaluates it afresh on every call."""
 
 FILTER_TRAITS = ("kind", "relaxable_by_eviction", "implied_by_count")
 """Class attributes every filter class states in its own body: they are statements about its
