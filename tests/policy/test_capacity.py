@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from berth.policy.catalogue import PolicyError
 from berth.policy.demo import DEMO_NOW, POLICY_FILE, TOPOLOGY_FILE, shipped_path
+from berth.policy.errors import MultiCloudInputError
 from berth.policy.loader import load_policy, load_topology
 from berth.policy.pipeline import Placement, PolicyEngine, ScheduleRequest
 
@@ -90,5 +90,5 @@ def test_report_for_some_flavors_and_unknown_flavor(demo):
         "numa2",
         "numa2-flex",
     }
-    with pytest.raises(PolicyError):
+    with pytest.raises(MultiCloudInputError):
         demo.capacity(DEMO_NOW, ["v.nope"])

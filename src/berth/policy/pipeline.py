@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from berth.core.config import SchedulerConfig, profile
 from berth.core.engine import Decision, FilterScheduler, commit
-from berth.core.errors import BerthError, ClaimError, StaleGenerationError
+from berth.core.errors import ClaimError, StaleGenerationError
 from berth.core.explain import Diagnosis, NoValidHost
 from berth.core.filters.rack_anti_affinity import RackAntiAffinityFilter, RackAntiAffinityParams
 from berth.core.model import Name
@@ -40,7 +40,8 @@ from berth.core.request import RequestSpec
 from berth.core.table import Allocation, HostTable
 from berth.policy.accounting import Accounting
 from berth.policy.capacity import CapacityCounter, CapacityReport, capacity_report
-from berth.policy.catalogue import Candidate, Candidates, Catalogue, PolicyError
+from berth.policy.catalogue import Candidate, Candidates, Catalogue
+from berth.policy.errors import MultiCloudInputError, PolicyConflictError
 from berth.policy.model import (
     Business,
     ClusterChoice,
@@ -77,10 +78,6 @@ class ScheduleRequest(BaseModel):
     project: Name = "default"
     seed: int = 0
     instance_ids: tuple[Name, ...] | None = None
-
-
-class PolicyConflictError(BerthError):
-    """A placement no longer holds at commit (state changed since the decision)."""
 
 
 @dataclass(frozen=True)
@@ -551,7 +548,7 @@ class PolicyEngine:
     def _ids(self, request: ScheduleRequest) -> tuple[str, ...]:
         if request.instance_ids is not None:
             if len(request.instance_ids) != request.count:
-                raise PolicyError("instance_ids: must have count entries")
+                raise MultiCloudInputError("instance_ids: must have count entries")
             return request.instance_ids
         seq = self._seq + 1
         while True:
@@ -596,7 +593,7 @@ class PolicyEngine:
             return found
         defaults = self.policy.deployment_sets
         if not defaults.create_on_use:
-            raise PolicyError(f"--deployment-set: unknown deployment set {name!r}")
+            raise MultiCloudInputError(f"--deployment-set: unknown deployment set {name!r}")
         return DeploymentSet(name, defaults.max_size, defaults.scope)
 
     @contextmanager
@@ -898,7 +895,7 @@ class PolicyEngine:
                 if found is not None:
                     found.members.pop(instance_id, None)
             return
-        raise PolicyError(f"unknown instance {instance_id!r}")
+        raise MultiCloudInputError(f"unknown instance {instance_id!r}")
 
     # ------------------------------------------------------------------ capacity
     def capacity(self, now: float, flavors: list[str] | None = None) -> CapacityReport:
