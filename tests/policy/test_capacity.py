@@ -9,7 +9,8 @@ import pytest
 from berth.policy.demo import DEMO_NOW, POLICY_FILE, TOPOLOGY_FILE, shipped_path
 from berth.policy.errors import MultiCloudInputError
 from berth.policy.loader import load_policy, load_topology
-from berth.policy.pipeline import Placement, PolicyEngine, ScheduleRequest
+from berth.policy.outcome import Placement, ScheduleRequest
+from berth.policy.pipeline import PolicyEngine
 
 
 @pytest.fixture(scope="module")

@@ -11,12 +11,8 @@ from hypothesis import strategies as st
 
 from berth.policy.errors import MultiCloudInputError, PolicyConflictError
 from berth.policy.model import Business, ClusterSpec
-from berth.policy.pipeline import (
-    Failure,
-    Placement,
-    PolicyEngine,
-    ScheduleRequest,
-)
+from berth.policy.outcome import Failure, Placement, ScheduleRequest
+from berth.policy.pipeline import PolicyEngine
 from tests.policy.fixtures import NOW, cluster, engine, host, inst, topology
 from tests.policy.helpers import same, snapshot
 

@@ -37,6 +37,8 @@ from berth.policy.model import (
     UserRule,
     Variant,
 )
+from berth.policy.outcome import Placement as PipelinePlacement
+from berth.policy.outcome import ScheduleRequest
 
 DEMO_NOW = 1_780_000_000.0
 POLICY_FILE = "demo-policy.yaml"
@@ -325,7 +327,7 @@ def build_demo_topology(seed: int = 11, requests: int = 420) -> TopologySpec:
             ds, count = "web-prod", 2
         elif n % 101 == 0:
             ds, count = "db-prod", 1
-        request = pipeline.ScheduleRequest(
+        request = ScheduleRequest(
             region=rng.choice(regions),
             flavor=rng.choices(bases, weights=weights)[0],
             count=count,
@@ -336,7 +338,7 @@ def build_demo_topology(seed: int = 11, requests: int = 420) -> TopologySpec:
         )
         when = DEMO_NOW - rng.uniform(60, 30 * 86400)
         outcome = engine.decide(request, DEMO_NOW)
-        if isinstance(outcome, pipeline.Placement) and not outcome.evictions:
+        if isinstance(outcome, PipelinePlacement) and not outcome.evictions:
             engine.commit(outcome, when)
     return _snapshot(engine, empty)
 

@@ -32,7 +32,7 @@ from berth.core.flavors import parse_flavor
 from berth.core.model import Flavor, Host
 from berth.policy.capacity import capacity_report
 from berth.policy.errors import MultiCloudInputError
-from berth.policy.pipeline import ScheduleRequest
+from berth.policy.outcome import ScheduleRequest
 from berth.service import schemas as s
 from berth.service.auth import Authenticator, Principal, require
 from berth.service.defrag import DefragService, DefragThread
