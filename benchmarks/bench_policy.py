@@ -51,7 +51,8 @@ from berth.policy.model import (
     RegionSpec,
     TopologySpec,
 )
-from berth.policy.pipeline import Failure, Placement, PolicyEngine, ScheduleRequest
+from berth.policy.outcome import Failure, Placement, ScheduleRequest
+from berth.policy.pipeline import PolicyEngine
 from berth.policy.topology import InstanceMeta
 from provenance import machine, source_state
 

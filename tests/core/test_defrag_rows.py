@@ -30,8 +30,8 @@ from berth.core.defrag.planner import (
     PREFIX,
     _Planner,
     _size,
-    _Step,
 )
+from berth.core.defrag.waves import Step
 from berth.core.engine import FilterScheduler
 from berth.core.errors import ClaimError
 from berth.core.model import DiskInventory, Flavor, Fleet, Host, NumaCell
@@ -139,7 +139,7 @@ class _Reference(_Planner):
         name = work.names[row]
         cell_use, host_use = work.plan_for(alloc.flavor, row)
         self.journal.migrate(alloc, name, cell_use, host_use)
-        self.steps.append(_Step(alloc, name, cell_use, host_use))
+        self.steps.append(Step(alloc, name, cell_use, host_use))
         src = work.index[alloc.host]
         self.touches[src] += 1
         self.touches[row] += 1

@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from berth.policy.catalogue import PolicyError
 from berth.policy.demo import DEMO_NOW, POLICY_FILE, TOPOLOGY_FILE, shipped_path
+from berth.policy.errors import MultiCloudInputError
 from berth.policy.loader import load_policy, load_topology
-from berth.policy.pipeline import Placement, PolicyEngine, ScheduleRequest
+from berth.policy.outcome import Placement, ScheduleRequest
+from berth.policy.pipeline import PolicyEngine
 
 
 @pytest.fixture(scope="module")
@@ -90,5 +91,5 @@ def test_report_for_some_flavors_and_unknown_flavor(demo):
         "numa2",
         "numa2-flex",
     }
-    with pytest.raises(PolicyError):
+    with pytest.raises(MultiCloudInputError):
         demo.capacity(DEMO_NOW, ["v.nope"])

@@ -16,7 +16,7 @@ from berth.core.filters.rack_anti_affinity import RackAntiAffinityFilter, RackAn
 from berth.core.model import ServerGroup
 from berth.core.registry import FILTERS
 from berth.core.request import RequestSpec
-from berth.policy.catalogue import Catalogue, PolicyError
+from berth.policy.catalogue import Catalogue
 from berth.policy.demo import (
     POLICY_FILE,
     TOPOLOGY_FILE,
@@ -26,6 +26,7 @@ from berth.policy.demo import (
     shipped,
     shipped_path,
 )
+from berth.policy.errors import MultiCloudInputError
 from berth.policy.loader import PolicyFileError, load_policy, load_topology, parse
 from berth.policy.model import Business, Family, Policy, TopologySpec
 from tests.policy.fixtures import POLICY, cluster, host, inst, topology
@@ -77,7 +78,7 @@ def test_missing_business_type_is_named():
 def test_variant_that_cannot_apply_is_named():
     raw = copy.deepcopy(POLICY)
     raw["flavors"].append({"name": "v.odd", "family": "compute", "vcpus": 3, "memory_mb": 3072})
-    with pytest.raises(PolicyError, match=r"\(v\.odd\) x variants\[1\] \(dpdk-numa2\)"):
+    with pytest.raises(MultiCloudInputError, match=r"\(v\.odd\) x variants\[1\] \(dpdk-numa2\)"):
         Catalogue(Policy.model_validate(raw))
 
 

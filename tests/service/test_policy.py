@@ -175,7 +175,7 @@ def test_capacity_report_by_variant(penv: Env, by: str):
 def test_stale_replicas_keep_a_rack_scoped_set_apart(db_url: str):
     """Two replicas schedule into the demo's rack-scoped set without syncing in between: the
     set's generation makes the stale one catch up, so no rack holds two members."""
-    from berth.policy.pipeline import ScheduleRequest
+    from berth.policy.outcome import ScheduleRequest
     from berth.service.policy import PolicyFailureError, schedule
     from berth.service.state import Replica
 
@@ -221,7 +221,7 @@ def test_the_preemptible_limit_holds_across_stale_replicas(policy_db: Path, tmp_
     """Two replicas that do not sync race for the IDC's last preemptible slots: the stale one
     loses (on a host's generation, or on the IDC count re-checked in the commit), catches up,
     and the engine then refuses; the limit is never passed."""
-    from berth.policy.pipeline import ScheduleRequest
+    from berth.policy.outcome import ScheduleRequest
     from berth.service.policy import PolicyFailureError, schedule
 
     db = tmp_path / "berth.db"

@@ -23,7 +23,7 @@ from rich.table import Table
 
 from berth.core.config import PROFILES, profile
 from berth.core.defrag import Budget, Move, Objective, Plan, Target, plan_defrag
-from berth.core.defrag.admit import MAX_ADMISSION, fitting, plan_admission
+from berth.core.defrag.admit import MAX_ADMISSION, Admission, fitting, plan_admission
 from berth.core.engine import FilterScheduler
 from berth.core.errors import BerthError
 from berth.core.model import Fleet
@@ -165,158 +165,183 @@ def _print_figures(plan: Plan, exact: dict[str, Any] | None) -> None:
     out.print(figures)
 
 
+def plan_command(
+    budget: Annotated[int, typer.Option("--budget", help="Most migrations in the plan.")],
+    fleet: FleetOpt = None,
+    target: Annotated[
+        str, typer.Option("--target", help="capacity (of --flavor ...) or empty-hosts.")
+    ] = "capacity",
+    flavor: Annotated[
+        list[str] | None,
+        typer.Option("--flavor", help="A flavor whose capacity to restore (repeat)."),
+    ] = None,
+    weight: Annotated[
+        list[float] | None,
+        typer.Option("--weight", help="One weight per --flavor (default 1 each)."),
+    ] = None,
+    drain: Annotated[
+        list[str] | None,
+        typer.Option("--drain", help="A host to empty and never target (repeat)."),
+    ] = None,
+    keep_trait: KeepTraitOpt = None,
+    per_host: Annotated[
+        int | None, typer.Option("--per-host", help="Most moves touching one host.")
+    ] = None,
+    concurrent: Annotated[
+        int, typer.Option("--concurrent", help="Moves in flight at once (wave size).")
+    ] = 1,
+    profile_name: ProfileOpt = "berth",
+    exact: Annotated[
+        bool, typer.Option("--exact", help="Also solve the exact optimum (small fleets).")
+    ] = False,
+    time_limit: Annotated[
+        float, typer.Option("--time-limit", help="Seconds for the exact solver.")
+    ] = 60.0,
+    seed: Annotated[int, typer.Option("--seed", help="Tie-breaking seed.")] = 0,
+    now: NowOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+    out_path: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Also write the plan JSON here.")
+    ] = None,
+) -> None:
+    """Plan live migrations that restore large-flavor capacity or empty hosts."""
+    snapshot, table, scheduler = _load(fleet, profile_name)
+    goal = _target(table, target, flavor or [], weight or [], drain or [], keep_trait or [])
+    limits = _budget(budget, per_host, concurrent)
+    when = now if now is not None else snapshot.now if snapshot.now is not None else time.time()
+    try:
+        started = time.perf_counter()
+        result = plan_defrag(table, goal, limits, scheduler=scheduler, now=when, seed=seed)
+        elapsed = time.perf_counter() - started
+        exact_info = (
+            _exact(table, goal, limits, scheduler, when, time_limit, result) if exact else None
+        )
+    except BerthError as exc:
+        _fail(str(exc))
+    data = result.model_dump(mode="json")
+    if out_path is not None:
+        _write_plan(out_path, data)
+    if as_json:
+        payload = data if exact_info is None else {"plan": data, "exact": exact_info}
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+        return
+    _print_moves(result, table)
+    _print_figures(result, exact_info)
+    out.print(f"planned in {elapsed * 1000:.0f} ms", highlight=False)
+
+
+def _exact(
+    table: HostTable,
+    goal: Target,
+    limits: Budget,
+    scheduler: FilterScheduler,
+    when: float,
+    time_limit: float,
+    result: Plan,
+) -> dict[str, Any]:
+    """The exact optimum and the heuristic plan's gap to it (`--exact`; needs SciPy)."""
+    from berth.defrag.exact import exact_optimum, heuristic_gap, plan_value
+
+    best = exact_optimum(table, goal, limits, scheduler=scheduler, now=when, time_limit=time_limit)
+    return {
+        "value": best.value,
+        "bound": best.bound,
+        "optimal": best.optimal,
+        "moved": best.moved,
+        "heuristic": plan_value(result),
+        "gap": heuristic_gap(best, plan_value(result)),
+    }
+
+
+def _write_plan(path: Path, data: Any) -> None:
+    try:
+        path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        _fail(f"--out: cannot write {path} ({exc.strerror})")
+
+
+def admit_command(
+    flavor: Annotated[str, typer.Option("--flavor", help="The flavor of the request.")],
+    fleet: FleetOpt = None,
+    migrations: Annotated[
+        int,
+        typer.Option(
+            "--migrations",
+            min=1,
+            max=MAX_ADMISSION,
+            help="Most live migrations to make room (the simulator's Berth default: 1).",
+        ),
+    ] = 1,
+    max_hosts: Annotated[int, typer.Option("--max-hosts", min=1, help="Closest hosts to try.")] = 8,
+    zone: Annotated[
+        str | None, typer.Option("--zone", help="Availability zone of the request.")
+    ] = None,
+    keep_trait: KeepTraitOpt = None,
+    profile_name: ProfileOpt = "berth",
+    now: NowOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Which live migrations would let one instance of FLAVOR fit (docs/simulator.md,
+    "Admission by migration"); nothing is changed."""
+    snapshot, table, scheduler = _load(fleet, profile_name)
+    if flavor not in table.flavors:
+        _fail(f"--flavor: unknown flavor {flavor!r}")
+    when = now if now is not None else snapshot.now if snapshot.now is not None else time.time()
+    request = RequestSpec(flavor=flavor, availability_zone=zone)
+    try:
+        hosts = [table.names[r] for r in np.flatnonzero(fitting(table, request, scheduler, when))]
+    except BerthError as exc:
+        _fail(str(exc))
+    found = None
+    if not hosts:
+        found = plan_admission(
+            table,
+            request,
+            scheduler=scheduler,
+            now=when,
+            max_migrations=migrations,
+            max_hosts=max_hosts,
+            keep_traits=keep_trait or (),
+        )
+    _print_admission(flavor, migrations, hosts, found, table, as_json)
+
+
+def _print_admission(
+    flavor: str,
+    migrations: int,
+    hosts: list[str],
+    found: Admission | None,
+    table: HostTable,
+    as_json: bool,
+) -> None:
+    """Where the flavor fits now, or the migrations that make room, or that none do."""
+    if as_json:
+        payload: dict[str, Any] = {"flavor": flavor, "fits_on": hosts, "admission": None}
+        if found is not None:
+            payload["admission"] = {
+                "host": found.host,
+                "moves": [m.model_dump(mode="json") for m in found.moves],
+            }
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+        return
+    if hosts:
+        out.print(
+            f"{flavor} fits without migrations on {len(hosts)} host(s), e.g. {hosts[0]}",
+            highlight=False,
+        )
+    elif found is None:
+        out.print(
+            f"{flavor} fits nowhere, and no {migrations} migration(s) make room for it",
+            highlight=False,
+        )
+    else:
+        _moves_table(found.moves, table)
+        out.print(f"then {flavor} fits on {found.host}", highlight=False)
+
+
 def register(app: typer.Typer) -> None:
-    """Add `berth defrag plan` to the CLI."""
+    """Add `berth defrag plan` and `berth defrag admit` to the CLI."""
     defrag_app = typer.Typer(help="Defragmentation: plan live migrations (docs/defrag.md).")
     app.add_typer(defrag_app, name="defrag")
-
-    @defrag_app.command("plan")
-    def plan(
-        budget: Annotated[int, typer.Option("--budget", help="Most migrations in the plan.")],
-        fleet: FleetOpt = None,
-        target: Annotated[
-            str, typer.Option("--target", help="capacity (of --flavor ...) or empty-hosts.")
-        ] = "capacity",
-        flavor: Annotated[
-            list[str] | None,
-            typer.Option("--flavor", help="A flavor whose capacity to restore (repeat)."),
-        ] = None,
-        weight: Annotated[
-            list[float] | None,
-            typer.Option("--weight", help="One weight per --flavor (default 1 each)."),
-        ] = None,
-        drain: Annotated[
-            list[str] | None,
-            typer.Option("--drain", help="A host to empty and never target (repeat)."),
-        ] = None,
-        keep_trait: KeepTraitOpt = None,
-        per_host: Annotated[
-            int | None, typer.Option("--per-host", help="Most moves touching one host.")
-        ] = None,
-        concurrent: Annotated[
-            int, typer.Option("--concurrent", help="Moves in flight at once (wave size).")
-        ] = 1,
-        profile_name: ProfileOpt = "berth",
-        exact: Annotated[
-            bool, typer.Option("--exact", help="Also solve the exact optimum (small fleets).")
-        ] = False,
-        time_limit: Annotated[
-            float, typer.Option("--time-limit", help="Seconds for the exact solver.")
-        ] = 60.0,
-        seed: Annotated[int, typer.Option("--seed", help="Tie-breaking seed.")] = 0,
-        now: NowOpt = None,
-        as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
-        out_path: Annotated[
-            Path | None, typer.Option("--out", "-o", help="Also write the plan JSON here.")
-        ] = None,
-    ) -> None:
-        """Plan live migrations that restore large-flavor capacity or empty hosts."""
-        snapshot, table, scheduler = _load(fleet, profile_name)
-        goal = _target(table, target, flavor or [], weight or [], drain or [], keep_trait or [])
-        limits = _budget(budget, per_host, concurrent)
-        when = now if now is not None else snapshot.now if snapshot.now is not None else time.time()
-        try:
-            started = time.perf_counter()
-            result = plan_defrag(table, goal, limits, scheduler=scheduler, now=when, seed=seed)
-            elapsed = time.perf_counter() - started
-            exact_info = None
-            if exact:
-                from berth.defrag.exact import exact_optimum, heuristic_gap, plan_value
-
-                best = exact_optimum(
-                    table, goal, limits, scheduler=scheduler, now=when, time_limit=time_limit
-                )
-                exact_info = {
-                    "value": best.value,
-                    "bound": best.bound,
-                    "optimal": best.optimal,
-                    "moved": best.moved,
-                    "heuristic": plan_value(result),
-                    "gap": heuristic_gap(best, plan_value(result)),
-                }
-        except BerthError as exc:
-            _fail(str(exc))
-        data = result.model_dump(mode="json")
-        if out_path is not None:
-            try:
-                out_path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-            except OSError as exc:
-                _fail(f"--out: cannot write {out_path} ({exc.strerror})")
-        if as_json:
-            payload = data if exact_info is None else {"plan": data, "exact": exact_info}
-            sys.stdout.write(json.dumps(payload, indent=2) + "\n")
-            return
-        _print_moves(result, table)
-        _print_figures(result, exact_info)
-        out.print(f"planned in {elapsed * 1000:.0f} ms", highlight=False)
-
-    @defrag_app.command("admit")
-    def admit(
-        flavor: Annotated[str, typer.Option("--flavor", help="The flavor of the request.")],
-        fleet: FleetOpt = None,
-        migrations: Annotated[
-            int,
-            typer.Option(
-                "--migrations",
-                min=1,
-                max=MAX_ADMISSION,
-                help="Most live migrations to make room (the simulator's Berth default: 1).",
-            ),
-        ] = 1,
-        max_hosts: Annotated[
-            int, typer.Option("--max-hosts", min=1, help="Closest hosts to try.")
-        ] = 8,
-        zone: Annotated[
-            str | None, typer.Option("--zone", help="Availability zone of the request.")
-        ] = None,
-        keep_trait: KeepTraitOpt = None,
-        profile_name: ProfileOpt = "berth",
-        now: NowOpt = None,
-        as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
-    ) -> None:
-        """Which live migrations would let one instance of FLAVOR fit (docs/simulator.md,
-        "Admission by migration"); nothing is changed."""
-        snapshot, table, scheduler = _load(fleet, profile_name)
-        if flavor not in table.flavors:
-            _fail(f"--flavor: unknown flavor {flavor!r}")
-        when = now if now is not None else snapshot.now if snapshot.now is not None else time.time()
-        request = RequestSpec(flavor=flavor, availability_zone=zone)
-        try:
-            hosts = [
-                table.names[r] for r in np.flatnonzero(fitting(table, request, scheduler, when))
-            ]
-        except BerthError as exc:
-            _fail(str(exc))
-        found = None
-        if not hosts:
-            found = plan_admission(
-                table,
-                request,
-                scheduler=scheduler,
-                now=when,
-                max_migrations=migrations,
-                max_hosts=max_hosts,
-                keep_traits=keep_trait or (),
-            )
-        if as_json:
-            payload: dict[str, Any] = {"flavor": flavor, "fits_on": hosts, "admission": None}
-            if found is not None:
-                payload["admission"] = {
-                    "host": found.host,
-                    "moves": [m.model_dump(mode="json") for m in found.moves],
-                }
-            sys.stdout.write(json.dumps(payload, indent=2) + "\n")
-            return
-        if hosts:
-            out.print(
-                f"{flavor} fits without migrations on {len(hosts)} host(s), e.g. {hosts[0]}",
-                highlight=False,
-            )
-        elif found is None:
-            out.print(
-                f"{flavor} fits nowhere, and no {migrations} migration(s) make room for it",
-                highlight=False,
-            )
-        else:
-            _moves_table(found.moves, table)
-            out.print(f"then {flavor} fits on {found.host}", highlight=False)
+    defrag_app.command("plan")(plan_command)
+    defrag_app.command("admit")(admit_command)

@@ -342,13 +342,17 @@ def demo(
 
 # ---------------------------------------------------------------------------- subcommands
 # Command groups that live in their own modules register themselves here, one line each.
+from berth.cli.api import register as _register_api  # noqa: E402
+from berth.cli.db import db_load_demo as _db_load_demo  # noqa: E402
+from berth.cli.db import register as _register_db  # noqa: E402
 from berth.cli.defrag import register as _register_defrag  # noqa: E402
 from berth.cli.schedule import register as _register_schedule  # noqa: E402
-from berth.cli.service import db_load_demo as _db_load_demo  # noqa: E402
-from berth.cli.service import register as _register_service  # noqa: E402
+from berth.cli.serve import register as _register_serve  # noqa: E402
 from berth.cli.simulate import register as _register_simulate  # noqa: E402
 
-_register_service(app)
+_register_serve(app)
+_register_db(app)
+_register_api(app)
 _register_schedule(app)
 _register_simulate(app)
 _register_defrag(app)

@@ -23,7 +23,8 @@ from berth.fleet.io import describe_validation_error
 from berth.policy.demo import POLICY_FILE, TOPOLOGY_FILE, shipped_path
 from berth.policy.loader import load_policy, load_topology
 from berth.policy.model import Business
-from berth.policy.pipeline import Failure, Placement, PolicyEngine, ScheduleRequest
+from berth.policy.outcome import Failure, Placement, ScheduleRequest
+from berth.policy.pipeline import PolicyEngine
 
 out = Console()
 err = Console(stderr=True)

@@ -118,6 +118,45 @@ def parse_flavor(flavor: Flavor, pci_aliases: dict[str, str]) -> FlavorSpec:
         raise bad("hw:mem_page_size", f"unknown page size {page_raw!r}")
     page_size_kb = _PAGE_SIZES[page_raw]
 
+    mode, cells = _numa_shape(flavor, dedicated, page_size_kb, bad)
+
+    pci = _parse_pci(specs.get("pci_passthrough:alias"), pci_aliases, bad)
+    pci_policy = _pci_policy(specs, bad)
+
+    required, forbidden, aggregate_specs, capability_specs = _matches(specs, bad)
+
+    trusted_raw = specs.get("trust:trusted_host", "").lower()
+    if trusted_raw not in ("", "trusted", "untrusted"):
+        raise bad("trust:trusted_host", f"must be 'trusted' or 'untrusted', got {trusted_raw!r}")
+
+    disk_gb = flavor.root_gb + flavor.ephemeral_gb + -(-flavor.swap_mb // 1024)
+    return FlavorSpec(
+        name=flavor.name,
+        vcpus=flavor.vcpus,
+        memory_mb=flavor.memory_mb,
+        disk_gb=disk_gb,
+        disk_kind=flavor.disk_kind,
+        dedicated_cpus=dedicated,
+        page_size_kb=page_size_kb,
+        numa_mode=mode,
+        cells=cells,
+        pci=pci,
+        pci_policy=pci_policy,
+        required_traits=frozenset(required),
+        forbidden_traits=frozenset(forbidden),
+        aggregate_specs=tuple(aggregate_specs),
+        capability_specs=tuple(capability_specs),
+        trusted=trusted_raw == "trusted",
+        extra=dict(specs),
+    )
+
+
+def _numa_shape(
+    flavor: Flavor, dedicated: bool, page_size_kb: int, bad: _Bad
+) -> tuple[NumaMode, tuple[CellShape, ...]]:
+    """The guest NUMA mode and its cell shapes (docs/numa.md): none, one cell, an even or
+    explicit two-cell split, or a flexible one with per-cell minimums."""
+    specs = flavor.extra_specs
     nodes_raw = specs.get("hw:numa_nodes")
     if nodes_raw is None:
         nodes = 1 if (dedicated or page_size_kb != 0) else 0
@@ -153,16 +192,22 @@ def parse_flavor(flavor: Flavor, pci_aliases: dict[str, str]) -> FlavorSpec:
             )
         mode = NumaMode.EVEN
         cells = (CellShape(flavor.vcpus // 2, flavor.memory_mb // 2),) * 2
+    return mode, cells
 
-    pci = _parse_pci(specs.get("pci_passthrough:alias"), pci_aliases, bad)
+
+def _pci_policy(specs: dict[str, str], bad: _Bad) -> PciPolicy:
     pci_policy_raw = specs.get("hw:pci_numa_affinity_policy", "required").lower()
     if pci_policy_raw in ("required", "legacy"):
-        pci_policy = PciPolicy.REQUIRED
-    elif pci_policy_raw in ("preferred", "socket"):
-        pci_policy = PciPolicy.PREFERRED
-    else:
-        raise bad("hw:pci_numa_affinity_policy", f"unknown policy {pci_policy_raw!r}")
+        return PciPolicy.REQUIRED
+    if pci_policy_raw in ("preferred", "socket"):
+        return PciPolicy.PREFERRED
+    raise bad("hw:pci_numa_affinity_policy", f"unknown policy {pci_policy_raw!r}")
 
+
+def _matches(
+    specs: dict[str, str], bad: _Bad
+) -> tuple[set[str], set[str], list[SpecMatch], list[SpecMatch]]:
+    """Required and forbidden traits, and the aggregate and capability spec matches."""
     required: set[str] = set()
     forbidden: set[str] = set()
     aggregate_specs: list[SpecMatch] = []
@@ -180,31 +225,7 @@ def parse_flavor(flavor: Flavor, pci_aliases: dict[str, str]) -> FlavorSpec:
             aggregate_specs.append(_spec_match(key.split(":", 1)[1], value))
         elif key.startswith("capabilities:"):
             capability_specs.append(_spec_match(key.split(":", 1)[1], value))
-
-    trusted_raw = specs.get("trust:trusted_host", "").lower()
-    if trusted_raw not in ("", "trusted", "untrusted"):
-        raise bad("trust:trusted_host", f"must be 'trusted' or 'untrusted', got {trusted_raw!r}")
-
-    disk_gb = flavor.root_gb + flavor.ephemeral_gb + -(-flavor.swap_mb // 1024)
-    return FlavorSpec(
-        name=flavor.name,
-        vcpus=flavor.vcpus,
-        memory_mb=flavor.memory_mb,
-        disk_gb=disk_gb,
-        disk_kind=flavor.disk_kind,
-        dedicated_cpus=dedicated,
-        page_size_kb=page_size_kb,
-        numa_mode=mode,
-        cells=cells,
-        pci=pci,
-        pci_policy=pci_policy,
-        required_traits=frozenset(required),
-        forbidden_traits=frozenset(forbidden),
-        aggregate_specs=tuple(aggregate_specs),
-        capability_specs=tuple(capability_specs),
-        trusted=trusted_raw == "trusted",
-        extra=dict(specs),
-    )
+    return required, forbidden, aggregate_specs, capability_specs
 
 
 def _flex_minimums(flavor: Flavor, bad: _Bad) -> CellShape:

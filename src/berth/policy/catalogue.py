@@ -11,14 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from berth.core.errors import BerthError, SpecError
+from berth.core.errors import SpecError
 from berth.core.flavors import parse_flavor
 from berth.core.model import Flavor
+from berth.policy.errors import MultiCloudInputError
 from berth.policy.model import BaseFlavor, Business, Family, FamilyRule, Policy, Variant
-
-
-class PolicyError(BerthError):
-    """Bad input to the policy layer (unknown region, flavor, user rule...): one clear line."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +59,7 @@ class Catalogue:
                     continue
                 name = base.name + variant.suffix
                 if name in self.flavors:
-                    raise PolicyError(
+                    raise MultiCloudInputError(
                         f"flavors[{i}] x variants[{j}]: concrete flavor {name!r} "
                         f"also comes from {'/'.join(self.origin[name])}"
                     )
@@ -82,7 +79,7 @@ class Catalogue:
                 try:
                     parse_flavor(flavor, aliases)
                 except SpecError as exc:
-                    raise PolicyError(
+                    raise MultiCloudInputError(
                         f"flavors[{i}] ({base.name}) x variants[{j}] ({variant.name}): {exc}"
                     ) from None
                 self.flavors[name] = flavor
@@ -96,7 +93,7 @@ class Catalogue:
         try:
             return self.bases[name]
         except KeyError:
-            raise PolicyError(f"--flavor: unknown flavor {name!r}") from None
+            raise MultiCloudInputError(f"--flavor: unknown flavor {name!r}") from None
 
     def variants_of(self, base: str) -> list[Candidate]:
         """Every applicable variant of a base flavor, in policy order."""

@@ -37,6 +37,8 @@ from berth.policy.model import (
     UserRule,
     Variant,
 )
+from berth.policy.outcome import Placement as PipelinePlacement
+from berth.policy.outcome import ScheduleRequest
 
 DEMO_NOW = 1_780_000_000.0
 POLICY_FILE = "demo-policy.yaml"
@@ -48,7 +50,37 @@ _SIZES = {"large": 2, "xlarge": 4, "2xlarge": 8, "4xlarge": 16}
 
 
 def build_demo_policy() -> Policy:
-    pools = [
+    """The demo policy: six pools, five variants, three business types, four special users."""
+    return Policy(
+        pools=_demo_pools(),
+        families=_demo_families(),
+        flavors=_demo_flavors(),
+        variants=_demo_variants(),
+        pci_aliases=[
+            PciAlias(name="dpdk-vf", device_type="vf-dpdk"),
+            PciAlias(name="a100", device_type="gpu-a100"),
+        ],
+        business={
+            "on-demand": BusinessRule(
+                variants=["dpdk-numa1", "dpdk-numa2", "numa1", "numa2"], may_preempt=True
+            ),
+            "auto-scaling": BusinessRule(variants=["numa1"]),
+            "preemptible": BusinessRule(variants=["numa2"]),
+        },
+        users=[
+            UserRule(user="bigdata", business="preemptible", variants=["numa2-flex", "numa2"]),
+            UserRule(user="fin-core", pool="enterprise", variants=["numa1", "numa2"]),
+            UserRule(user="ci-runner", business="auto-scaling", variants=["numa1", "numa2"]),
+            UserRule(user="game-ops", business="auto-scaling", may_preempt=True),
+        ],
+        preemptible_limits=PreemptibleLimits(default=150, idcs={"gz-th": 30}),
+        deployment_sets=DeploymentDefaults(max_size=20, scope="host"),
+        placement=Placement(cluster_choice="most-capacity", profile="berth"),
+    )
+
+
+def _demo_pools() -> list[Pool]:
+    return [
         Pool(name="shared", traits=["CUSTOM_POOL_SHARED"], description="cloud-disk, shared"),
         Pool(name="enterprise", traits=["CUSTOM_POOL_ENTERPRISE"], description="enterprise"),
         Pool(name="local-hdd", traits=["CUSTOM_POOL_LOCAL_HDD"], description="local HDD"),
@@ -56,7 +88,10 @@ def build_demo_policy() -> Policy:
         Pool(name="dpdk", traits=["CUSTOM_POOL_DPDK"], description="network-enhanced (DPDK)"),
         Pool(name="gpu", traits=["CUSTOM_POOL_GPU"], description="GPU passthrough"),
     ]
-    families = [
+
+
+def _demo_families() -> list[FamilyRule]:
+    return [
         FamilyRule(name="compute", pool="shared"),
         FamilyRule(name="general", pool="shared"),
         FamilyRule(name="memory", pool="shared"),
@@ -64,6 +99,10 @@ def build_demo_policy() -> Policy:
         FamilyRule(name="local-ssd", pool="local-ssd", disk_kind="ssd"),
         FamilyRule(name="gpu", pool="gpu", extra_specs={"pci_passthrough:alias": "a100:1"}),
     ]
+
+
+def _demo_flavors() -> list[BaseFlavor]:
+    """Four sizes in each cloud family, two in each local-disk family and in the GPU family."""
     flavors: list[BaseFlavor] = []
     for prefix, family, gb in (("c3", "compute", 2), ("g3", "general", 4), ("m3", "memory", 8)):
         for size, vcpus in _SIZES.items():
@@ -107,8 +146,12 @@ def build_demo_policy() -> Policy:
                 root_gb=100,
             )
         )
+    return flavors
+
+
+def _demo_variants() -> list[Variant]:
     cloud = ["compute", "general", "memory"]
-    variants = [
+    return [
         Variant(
             name="dpdk-numa1",
             suffix=".numa1.dpdk",
@@ -145,32 +188,6 @@ def build_demo_policy() -> Policy:
             extra_specs={**_PINNED, "hw:numa_nodes": "2", "berth:numa_split": "flexible"},
         ),
     ]
-    return Policy(
-        pools=pools,
-        families=families,
-        flavors=flavors,
-        variants=variants,
-        pci_aliases=[
-            PciAlias(name="dpdk-vf", device_type="vf-dpdk"),
-            PciAlias(name="a100", device_type="gpu-a100"),
-        ],
-        business={
-            "on-demand": BusinessRule(
-                variants=["dpdk-numa1", "dpdk-numa2", "numa1", "numa2"], may_preempt=True
-            ),
-            "auto-scaling": BusinessRule(variants=["numa1"]),
-            "preemptible": BusinessRule(variants=["numa2"]),
-        },
-        users=[
-            UserRule(user="bigdata", business="preemptible", variants=["numa2-flex", "numa2"]),
-            UserRule(user="fin-core", pool="enterprise", variants=["numa1", "numa2"]),
-            UserRule(user="ci-runner", business="auto-scaling", variants=["numa1", "numa2"]),
-            UserRule(user="game-ops", business="auto-scaling", may_preempt=True),
-        ],
-        preemptible_limits=PreemptibleLimits(default=150, idcs={"gz-th": 30}),
-        deployment_sets=DeploymentDefaults(max_size=20, scope="host"),
-        placement=Placement(cluster_choice="most-capacity", profile="berth"),
-    )
 
 
 # pool: (shared cpus, dedicated cpus, small-page GB, hugepage GB, pci, hdd GB, ssd GB) per cell;
@@ -325,7 +342,7 @@ def build_demo_topology(seed: int = 11, requests: int = 420) -> TopologySpec:
             ds, count = "web-prod", 2
         elif n % 101 == 0:
             ds, count = "db-prod", 1
-        request = pipeline.ScheduleRequest(
+        request = ScheduleRequest(
             region=rng.choice(regions),
             flavor=rng.choices(bases, weights=weights)[0],
             count=count,
@@ -336,7 +353,7 @@ def build_demo_topology(seed: int = 11, requests: int = 420) -> TopologySpec:
         )
         when = DEMO_NOW - rng.uniform(60, 30 * 86400)
         outcome = engine.decide(request, DEMO_NOW)
-        if isinstance(outcome, pipeline.Placement) and not outcome.evictions:
+        if isinstance(outcome, PipelinePlacement) and not outcome.evictions:
             engine.commit(outcome, when)
     return _snapshot(engine, empty)
 

@@ -19,7 +19,8 @@ from berth.core.errors import ClaimError, FleetError, SpecError
 from berth.core.filters.traits import trait_mask
 from berth.core.model import Fleet, GroupPolicy, Instance, ServerGroup
 from berth.core.table import Allocation, HostTable
-from berth.policy.catalogue import Catalogue, PolicyError
+from berth.policy.catalogue import Catalogue
+from berth.policy.errors import MultiCloudInputError
 from berth.policy.model import (
     Business,
     ClusterSpec,
@@ -135,7 +136,7 @@ class Topology:
 
     def add_deployment_set(self, ds: DeploymentSetSpec) -> DeploymentSet:
         if ds.name in self.sets:
-            raise PolicyError(f"deployment set {ds.name!r} already exists")
+            raise MultiCloudInputError(f"deployment set {ds.name!r} already exists")
         found = self.sets[ds.name] = DeploymentSet(ds.name, ds.max_size, ds.scope)
         for cluster in self.clusters.values():
             _register_group(cluster.table, ds.name)
@@ -145,9 +146,11 @@ class Topology:
         """Drop an empty set (and its server group in every table)."""
         ds = self.sets.get(name)
         if ds is None:
-            raise PolicyError(f"unknown deployment set {name!r}")
+            raise MultiCloudInputError(f"unknown deployment set {name!r}")
         if ds.members:
-            raise PolicyError(f"deployment set {name!r} still has {len(ds.members)} members")
+            raise MultiCloudInputError(
+                f"deployment set {name!r} still has {len(ds.members)} members"
+            )
         del self.sets[name]
         for cluster in self.clusters.values():
             if not cluster.table.group_rows.get(name):
@@ -155,7 +158,7 @@ class Topology:
 
     def add_idc(self, region: str, idc: IdcSpec) -> Idc:
         if idc.name in self.idcs:
-            raise PolicyError(f"IDC {idc.name!r} already exists")
+            raise MultiCloudInputError(f"IDC {idc.name!r} already exists")
         self.regions.setdefault(region, []).append(idc.name)
         found = self.idcs[idc.name] = Idc(
             idc.name, region, set(idc.images), None if idc.flavors is None else list(idc.flavors)
@@ -165,23 +168,27 @@ class Topology:
     def add_cluster(self, idc_name: str, spec: ClusterSpec) -> Cluster:
         """Build a cluster's table from its snapshot and join it; the others are untouched."""
         if spec.name in self.clusters:
-            raise PolicyError(f"cluster {spec.name!r} already exists")
+            raise MultiCloudInputError(f"cluster {spec.name!r} already exists")
         idc = self.idcs.get(idc_name)
         if idc is None:
-            raise PolicyError(f"unknown IDC {idc_name!r}")
+            raise MultiCloudInputError(f"unknown IDC {idc_name!r}")
         taken = {h.name for h in spec.hosts} & {
             n for c in self.clusters.values() for n in c.table.index
         }
         if taken:
-            raise PolicyError(f"cluster {spec.name!r}: host {sorted(taken)[0]!r} is elsewhere")
+            raise MultiCloudInputError(
+                f"cluster {spec.name!r}: host {sorted(taken)[0]!r} is elsewhere"
+            )
         for inst in spec.instances:
             if inst.deployment_set is not None and inst.deployment_set not in self.sets:
-                raise PolicyError(
+                raise MultiCloudInputError(
                     f"cluster {spec.name!r}: instance {inst.id!r}: unknown deployment set "
                     f"{inst.deployment_set!r}"
                 )
             if any(inst.id in c.meta for c in self.clusters.values()):
-                raise PolicyError(f"cluster {spec.name!r}: instance {inst.id!r} is elsewhere")
+                raise MultiCloudInputError(
+                    f"cluster {spec.name!r}: instance {inst.id!r} is elsewhere"
+                )
         fleet = Fleet(
             pci_aliases=list(self.catalogue.policy.pci_aliases),
             hosts=list(spec.hosts),
@@ -203,7 +210,7 @@ class Topology:
         try:
             table = HostTable.from_fleet(fleet)
         except (FleetError, SpecError, ClaimError) as exc:
-            raise PolicyError(f"cluster {spec.name!r}: {exc}") from None
+            raise MultiCloudInputError(f"cluster {spec.name!r}: {exc}") from None
         cluster = Cluster(
             name=spec.name,
             idc=idc_name,
@@ -236,7 +243,7 @@ class Topology:
         try:
             return self.clusters[name]
         except KeyError:
-            raise PolicyError(f"unknown cluster {name!r}") from None
+            raise MultiCloudInputError(f"unknown cluster {name!r}") from None
 
     def idcs_of(self, region: str) -> list[Idc]:
         """The IDCs of a region, or the one IDC when `region` names an IDC."""
@@ -245,7 +252,7 @@ class Topology:
         if region in self.idcs:
             return [self.idcs[region]]
         known = ", ".join(sorted(self.regions))
-        raise PolicyError(f"--region: unknown region or IDC {region!r} (regions: {known})")
+        raise MultiCloudInputError(f"--region: unknown region or IDC {region!r} (regions: {known})")
 
     def clusters_of(self, idc: str) -> Iterator[Cluster]:
         return (self.clusters[c] for c in self.idcs[idc].clusters)

@@ -31,8 +31,8 @@ from berth.core.errors import BerthError, FleetError, SpecError
 from berth.core.flavors import parse_flavor
 from berth.core.model import Flavor, Host
 from berth.policy.capacity import capacity_report
-from berth.policy.catalogue import PolicyError
-from berth.policy.pipeline import ScheduleRequest
+from berth.policy.errors import MultiCloudInputError
+from berth.policy.outcome import ScheduleRequest
 from berth.service import schemas as s
 from berth.service.auth import Authenticator, Principal, require
 from berth.service.defrag import DefragService, DefragThread
@@ -901,7 +901,7 @@ def create_app(
             )
             status, code = (409, "no_valid_host") if f.step in _CAPACITY_STEPS else (422, f.code)
             raise ApiError(status, code, f.message, details=f.to_dict()) from None
-        except PolicyError as exc:
+        except MultiCloudInputError as exc:
             text = str(exc)
             where = text[2:].split(":", 1)[0] if text.startswith("--") else None
             raise ApiError(422, "invalid_input", text.removeprefix("--"), field=where) from None
@@ -1029,7 +1029,7 @@ def create_app(
                     list(flavor) if flavor else None,
                 )
                 out = report.to_dict(by)
-        except PolicyError as exc:
+        except MultiCloudInputError as exc:
             raise ApiError(422, "invalid_input", f"flavor: {exc}", field="flavor") from None
         out["elapsed_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
         return out

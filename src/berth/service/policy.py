@@ -23,7 +23,8 @@ from berth.core.config import profile
 from berth.core.engine import FilterScheduler
 from berth.policy.capacity import CapacityCounter
 from berth.policy.model import Business, DeploymentScope, Policy
-from berth.policy.pipeline import Failure, Placement, PolicyEngine, ScheduleRequest
+from berth.policy.outcome import Failure, Placement, ScheduleRequest
+from berth.policy.pipeline import PolicyEngine
 from berth.policy.topology import Cluster, DeploymentSet, Idc, InstanceMeta, Topology
 from berth.store.errors import AlreadyExistsError, GenerationConflictError, PlanRejectedError
 from berth.store.footprint import to_named

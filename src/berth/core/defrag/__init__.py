@@ -3,7 +3,8 @@
 from berth.core.defrag.execute import apply_moves, check_plan
 from berth.core.defrag.model import Budget, Figures, Move, Objective, Plan, Target
 from berth.core.defrag.objective import measure
-from berth.core.defrag.planner import plan_defrag, replan_move
+from berth.core.defrag.planner import plan_defrag
+from berth.core.defrag.replan import replan_move
 from berth.core.defrag.rules import PlanError
 
 __all__ = [

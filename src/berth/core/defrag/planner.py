@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -20,20 +19,19 @@ import numpy.typing as npt
 from berth.core import numa, numa_rows
 from berth.core.defrag.execute import apply_moves, check_plan
 from berth.core.defrag.journal import Journal
-from berth.core.defrag.model import Budget, Move, Objective, Plan, Target
+from berth.core.defrag.model import Budget, Objective, Plan, Target
 from berth.core.defrag.objective import (
     HostValue,
     check_target,
-    drain_mask,
     measure,
 )
-from berth.core.defrag.rules import PlanError, TargetRules, anti_affinity_ok, immovable
+from berth.core.defrag.rules import PlanError, TargetRules, immovable
+from berth.core.defrag.waves import Step, pack_waves
 from berth.core.engine import FilterScheduler
-from berth.core.errors import ClaimError
 from berth.core.resources import CELL_BASE
 from berth.core.table import Allocation, HostTable
 
-__all__ = ["PlanError", "apply_moves", "check_plan", "measure", "plan_defrag", "replan_move"]
+__all__ = ["PlanError", "apply_moves", "check_plan", "measure", "plan_defrag"]
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -47,16 +45,6 @@ PREFIX = 4
 SMALL_ROWS = 16
 """Up to this many changed hosts, the cached per-host arrays are recomputed in plain Python
 (`HostValue.one`, `numa_rows`): numpy's per-call overhead dominates on a few rows."""
-
-
-@dataclass(frozen=True)
-class _Step:
-    """One sequential move as planned: the instance as it was, where it goes, exactly."""
-
-    alloc: Allocation
-    target: str
-    cell_use: I64
-    host_use: I64
 
 
 def _size(table: HostTable, alloc: Allocation) -> tuple[int, int]:
@@ -88,7 +76,7 @@ class _Planner:
         self.touches = np.zeros(n, dtype=np.int64)
         self.is_source = np.zeros(n, dtype=bool)
         self.is_target = np.zeros(n, dtype=bool)
-        self.steps: list[_Step] = []
+        self.steps: list[Step] = []
         self._position: dict[str, int] = {}
         self._owner = self._sizes = np.zeros(0, dtype=np.int64)
         self._cell_use = self._host_use = np.zeros((0, 0), dtype=np.int64)
@@ -197,7 +185,7 @@ class _Planner:
         cell_use = np.array(numa_rows.place(rd, work.cell_free[row].tolist()), dtype=np.int64)
         host_use = np.array(rd.host_use, dtype=np.int64)
         self.journal.migrate(alloc, name, cell_use, host_use)
-        self.steps.append(_Step(alloc, name, cell_use, host_use))
+        self.steps.append(Step(alloc, name, cell_use, host_use))
         src = work.index[alloc.host]
         self.touches[src] += 1
         self.touches[row] += 1
@@ -516,65 +504,6 @@ def numa_load(table: HostTable) -> F64:
     return np.nansum(share, axis=1) / counted
 
 
-def _waves(
-    table: HostTable, steps: Sequence[_Step], budget: Budget, rules: TargetRules
-) -> list[Move]:
-    """Pack the sequential moves into waves of up to `max_concurrent`, in order.
-
-    A move joins the open wave when its target takes it with every claim of the wave made and
-    every source of the wave still held (resources, anti-affinity and the scheduler's filters);
-    otherwise the wave closes. The first move of a wave sees exactly the sequential state it was
-    planned on, so it always fits.
-    """
-    scratch = table.copy()
-    journal = Journal(scratch)
-    out: list[Move] = []
-    wave: list[str] = []
-    number = 0
-
-    def close() -> None:
-        for iid in wave:
-            journal.release_source(iid)
-        for iid in wave:
-            journal.finish(iid)
-        wave.clear()
-
-    for step_no, step in enumerate(steps):
-        alloc = scratch.allocations[step.alloc.instance_id]
-        row = scratch.index[step.target]
-        joins = bool(wave) and len(wave) < budget.max_concurrent
-        if joins:
-            joins = (
-                alloc.instance_id not in wave
-                and bool((step.cell_use <= scratch.cell_free[row]).all())
-                and bool((step.host_use <= scratch.host_free[row]).all())
-                and anti_affinity_ok(scratch, alloc, row)
-                and bool(rules.mask(scratch, alloc)[row])
-            )
-        if wave and not joins:
-            close()
-            number += 1
-        try:
-            journal.claim_target(alloc, step.target, step.cell_use, step.host_use)
-        except ClaimError as exc:  # cannot happen: the sequential state is the planned one
-            raise PlanError(step_no, f"internal: planned move no longer fits: {exc}") from None
-        wave.append(alloc.instance_id)
-        out.append(
-            Move(
-                step=step_no,
-                wave=number,
-                instance_id=alloc.instance_id,
-                flavor=alloc.flavor,
-                source=alloc.host,
-                target=step.target,
-                cell_use=tuple(tuple(int(x) for x in c) for c in step.cell_use),
-                host_use=tuple(int(x) for x in step.host_use),
-            )
-        )
-    close()
-    return out
-
-
 def plan_defrag(
     table: HostTable,
     target: Target,
@@ -598,7 +527,7 @@ def plan_defrag(
         planner.capacity()
         planner.exclusive = False
         planner.capacity()
-    moves = _waves(table, planner.steps, budget, planner.rules)
+    moves = pack_waves(table, planner.steps, budget, planner.rules)
     touched = sorted({h for m in moves for h in (m.source, m.target)})
     return Plan(
         target=target,
@@ -607,44 +536,4 @@ def plan_defrag(
         before=measure(table, target, scheduler=scheduler, now=now),
         after=measure(planner.work, target, scheduler=scheduler, now=now),
         generations={h: int(table.generation[table.index[h]]) for h in touched},
-    )
-
-
-def replan_move(
-    table: HostTable,
-    move: Move,
-    *,
-    scheduler: FilterScheduler,
-    now: float,
-    exclude: frozenset[str] = frozenset(),
-    drain: frozenset[str] = frozenset(),
-    keep_traits: frozenset[str] = frozenset(),
-) -> Move | None:
-    """A new target for `move`'s instance on the table as it is now, or None when none fits.
-
-    Same rules as planning (the scheduler's filters, same zone, enabled, not draining, not in
-    `exclude`, not the source, the source's subset of `keep_traits` -- pass the plan's
-    `target.keep_traits`); among the allowed hosts the tightest fit (fewest further slots of the
-    flavor) wins, then the lowest row. None as well when the instance is no longer on the move's
-    source or may not move.
-    """
-    alloc = table.allocations.get(move.instance_id)
-    if alloc is None or alloc.host != move.source or immovable(table, alloc) is not None:
-        return None
-    blocked = drain_mask(table, frozenset(h for h in exclude | drain if h in table.index))
-    rows = np.flatnonzero(TargetRules(scheduler, now, blocked, keep_traits).mask(table, alloc))
-    if rows.size == 0:
-        return None
-    fit = table.resource_counts(alloc.flavor)[rows]
-    row = int(rows[int(np.argmin(fit))])
-    cell_use, host_use = table.plan_for(alloc.flavor, row)
-    return Move(
-        step=move.step,
-        wave=move.wave,
-        instance_id=alloc.instance_id,
-        flavor=alloc.flavor,
-        source=alloc.host,
-        target=table.names[row],
-        cell_use=tuple(tuple(int(x) for x in c) for c in cell_use),
-        host_use=tuple(int(x) for x in host_use),
     )

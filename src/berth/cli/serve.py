@@ -1,0 +1,161 @@
+"""`berth serve`: run the Berth service (REST API on uvicorn) on a database."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+import yaml
+from pydantic import ValidationError
+
+from berth.cli.service_options import DEFAULT_DATA_DIR, DataDirOpt, DbOpt, db_url, fail, out
+from berth.core.config import PROFILES, SchedulerConfig, profile
+
+if TYPE_CHECKING:  # the service and store load only when `serve` runs (a fast `berth --help`)
+    from berth.policy.model import Policy
+    from berth.store.repo import Store
+
+
+def serve(
+    db: DbOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
+    replica_id: Annotated[
+        str | None, typer.Option("--replica-id", help="Name of this replica (metrics, events).")
+    ] = None,
+    profile_name: Annotated[
+        str, typer.Option("--profile", help=f"Weigher profile: {', '.join(PROFILES)}.")
+    ] = "berth",
+    config: Annotated[
+        Path | None, typer.Option("--config", help="Scheduler configuration file (YAML).")
+    ] = None,
+    service_down_time: Annotated[
+        float, typer.Option(help="Seconds without heartbeat after which a host gets nothing.")
+    ] = 60.0,
+    poll_interval: Annotated[float, typer.Option(help="Event-log polling interval (s).")] = 0.5,
+    host_subset_size: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Pick each host at random among the N best (fewer races between replicas).",
+        ),
+    ] = 1,
+    replica_spread: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            help="Weight of a per-replica host preference (0: off); replicas race less.",
+        ),
+    ] = 0.0,
+    policy_file: Annotated[
+        Path | None,
+        typer.Option("--policy", help="Multi-cloud policy file (YAML): enables POST /v1/schedule."),
+    ] = None,
+    load_demo: Annotated[
+        bool, typer.Option("--load-demo", help="Load the demo topology if the database is empty.")
+    ] = False,
+    simulate_agents: Annotated[
+        bool,
+        typer.Option(
+            "--simulate-agents",
+            help="Heartbeat every live host from inside the service (demo stand-in for agents).",
+        ),
+    ] = False,
+    print_admin_token: Annotated[
+        bool, typer.Option("--print-admin-token", help="Create an admin token and print it.")
+    ] = False,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
+) -> None:
+    """Run the Berth service (REST API on uvicorn)."""
+    import socket
+
+    import uvicorn
+
+    from berth.service.app import create_app
+    from berth.service.demo import load_demo as _load_demo
+    from berth.service.state import ServiceConfig
+
+    url = db_url(db, data_dir)
+    scheduler = profile(profile_name) if config is None else _read_config(config)
+    if host_subset_size != 1:
+        scheduler = scheduler.model_copy(update={"host_subset_size": host_subset_size})
+    rid = replica_id or f"{socket.gethostname()}:{port}"
+    store = _open_store(url, rid)
+    policy = None if policy_file is None else _load_policy(policy_file, store)
+    if load_demo and store.is_empty():
+        counts = _load_demo(store)
+        out.print(f"loaded the demo topology: {counts}")
+    cfg = ServiceConfig(
+        db_url=url,
+        replica_id=rid,
+        scheduler=scheduler,
+        service_down_time=service_down_time,
+        poll_interval=poll_interval,
+        policy=policy,
+        replica_spread=replica_spread,
+    )
+    app = create_app(cfg, store=store, simulate_heartbeats=simulate_agents)
+    _announce(store, rid, host, port, print_admin_token)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+
+
+def _open_store(url: str, replica_id: str) -> Store:
+    """The store, or exit 2 with the URL (password hidden) and the first line of the error."""
+    from berth.store.repo import Store
+
+    try:
+        return Store.open(url, replica=replica_id)
+    except Exception as exc:  # unreachable server, bad credentials, unwritable directory
+        from sqlalchemy.engine import make_url
+
+        shown = make_url(url).render_as_string(hide_password=True)
+        fail(f"cannot open the database {shown}: {str(exc).splitlines()[0]}")
+
+
+def _load_policy(path: Path, store: Store) -> Policy:
+    """The multi-cloud policy, its flavor catalogue recorded in the store."""
+    from berth.core.errors import BerthError
+    from berth.policy.loader import load_policy
+    from berth.service.policy import ensure_catalogue
+
+    try:
+        policy = load_policy(path)
+    except BerthError as exc:
+        fail(str(exc))
+    added = ensure_catalogue(store, policy)
+    if added:
+        out.print(f"recorded {added} flavors of the policy's catalogue")
+    return policy
+
+
+def _announce(store: Store, replica_id: str, host: str, port: int, admin_token: bool) -> None:
+    """Print where the replica serves (and an admin token when asked) before uvicorn starts."""
+    shown = "localhost" if host in ("0.0.0.0", "127.0.0.1") else host
+    where = store.engine.url.render_as_string(hide_password=True)
+    out.print(f"Berth replica {replica_id} on {where}")
+    out.print(f"URL: http://{shown}:{port}   (API docs: http://{shown}:{port}/docs)")
+    if admin_token:
+        _, secret = store.create_token("serve-admin", "admin")
+        out.print(f"admin token: {secret}", soft_wrap=True, highlight=False)
+        out.print(
+            f"try: BERTH_URL=http://{shown}:{port} BERTH_TOKEN={secret} berth api capacity",
+            soft_wrap=True,
+            highlight=False,
+        )
+    sys.stdout.flush()
+
+
+def _read_config(path: Path) -> SchedulerConfig:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        return SchedulerConfig.model_validate(raw)
+    except (OSError, yaml.YAMLError, ValidationError) as exc:
+        fail(f"{path}: {exc}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `berth serve`."""
+    app.command("serve")(serve)
