@@ -117,8 +117,8 @@ def serve(
     import uvicorn
 
     from berth.service.app import create_app
+    from berth.service.config import ServiceConfig
     from berth.service.demo import load_demo as _load_demo
-    from berth.service.state import ServiceConfig
     from berth.store.repo import Store
 
     url = _db_url(db, data_dir)
@@ -137,7 +137,7 @@ def serve(
     if policy_file is not None:
         from berth.core.errors import BerthError
         from berth.policy.loader import load_policy
-        from berth.service.policy import ensure_catalogue
+        from berth.service.policy_topology import ensure_catalogue
 
         try:
             policy = load_policy(policy_file)
@@ -228,7 +228,7 @@ def db_load_topology(
     from berth.core.errors import BerthError
     from berth.policy.demo import shipped_path
     from berth.policy.loader import load_policy, load_topology
-    from berth.service.policy import load_topology_into
+    from berth.service.policy_topology import load_topology_into
     from berth.store.repo import Store
 
     store = Store.open(_db_url(db, data_dir))
