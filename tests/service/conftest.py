@@ -15,8 +15,9 @@ from fastapi.testclient import TestClient
 
 from berth.fleet.demo import DEMO_NOW
 from berth.service.app import create_app
+from berth.service.config import ServiceConfig
 from berth.service.demo import load_demo
-from berth.service.state import Replica, ServiceConfig
+from berth.service.replica import Replica
 from berth.store.repo import Store
 from tests.store.conftest import db_url, pg_url
 

@@ -25,9 +25,10 @@ from hypothesis import strategies as st
 
 from berth.core.model import CellPlacement, Instance
 from berth.service.app import create_app
+from berth.service.config import ServiceConfig
 from berth.service.defrag import DefragService
 from berth.service.demo import load_fleet_into
-from berth.service.state import Replica, ServiceConfig
+from berth.service.replica import Replica
 from berth.store.audit import audit
 from berth.store.defrag import is_migration
 from berth.store.repo import Store

@@ -14,9 +14,12 @@ from fastapi.testclient import TestClient
 from berth.policy.demo import shipped_path
 from berth.policy.loader import load_policy, load_topology
 from berth.policy.model import Policy, TopologySpec
+from berth.policy.outcome import ScheduleRequest
 from berth.service.app import create_app
-from berth.service.policy import load_topology_into
-from berth.service.state import ServiceConfig
+from berth.service.config import ServiceConfig
+from berth.service.placing.multicloud import PolicyFailureError, schedule
+from berth.service.policy_topology import attach_policy, load_topology_into, policy_engine
+from berth.service.replica import Replica
 from berth.store.audit import audit
 from berth.store.repo import Store
 from tests.service.conftest import Env, db_url, pg_url
@@ -136,10 +139,11 @@ def test_the_other_replica_engine_follows_by_events(penv: Env, tmp_path: Path):
         body = resp.json()
         iid = body["instances"][0]["id"]
         r2 = other.replica
-        assert r2.engine is not None
-        before = r2.engine.topology.clusters[body["cluster"]].networks[body["network"]]
+        engine = policy_engine(r2)
+        assert engine is not None
+        before = engine.topology.clusters[body["cluster"]].networks[body["network"]]
         assert r2.sync() >= 1
-        cluster = r2.engine.topology.clusters[body["cluster"]]
+        cluster = engine.topology.clusters[body["cluster"]]
         assert cluster.meta[iid].business.value == "preemptible"
         assert cluster.networks[body["network"]] == before - 1
         assert iid in cluster.preemptible_by_host[body["instances"][0]["host"]]
@@ -175,9 +179,6 @@ def test_capacity_report_by_variant(penv: Env, by: str):
 def test_stale_replicas_keep_a_rack_scoped_set_apart(db_url: str):
     """Two replicas schedule into the demo's rack-scoped set without syncing in between: the
     set's generation makes the stale one catch up, so no rack holds two members."""
-    from berth.policy.outcome import ScheduleRequest
-    from berth.service.policy import PolicyFailureError, schedule
-    from berth.service.state import Replica
 
     loader = Store.open(db_url, replica="loader")
     load_topology_into(loader, POLICY, TOPOLOGY)
@@ -186,6 +187,7 @@ def test_stale_replicas_keep_a_rack_scoped_set_apart(db_url: str):
     for name in ("a", "b"):
         config = ServiceConfig(db_url=db_url, replica_id=name, policy=POLICY)
         r = Replica(Store.open(db_url, replica=name, migrate=False), config, lambda: NOW)
+        attach_policy(r)
         r.reload()
         replicas.append(r)
     a, b = replicas
@@ -221,8 +223,6 @@ def test_the_preemptible_limit_holds_across_stale_replicas(policy_db: Path, tmp_
     """Two replicas that do not sync race for the IDC's last preemptible slots: the stale one
     loses (on a host's generation, or on the IDC count re-checked in the commit), catches up,
     and the engine then refuses; the limit is never passed."""
-    from berth.policy.outcome import ScheduleRequest
-    from berth.service.policy import PolicyFailureError, schedule
 
     db = tmp_path / "berth.db"
     shutil.copy(policy_db, db)

@@ -9,8 +9,11 @@ import pytest
 
 from berth.core.model import Flavor
 from berth.service.app import SyncThread, _event_id
+from berth.service.config import ServiceConfig
 from berth.service.demo import load_fleet_into
-from berth.service.state import NoPlacementError, PlaceArgs, Replica, ServiceConfig
+from berth.service.placing.errors import NoPlacementError
+from berth.service.placing.plain import PlaceArgs, choose, place
+from berth.service.replica import Replica
 from berth.store.audit import audit
 from berth.store.repo import EventRow, GroupRow, Store
 from tests.store.fleets import NOW, host, small_fleet
@@ -52,7 +55,7 @@ def close(rs: list[Replica]) -> None:
 def test_a_change_is_visible_to_the_other_replica_within_one_event(db_url):
     a, b = replicas(db_url)
     try:
-        placed = a.place(PlaceArgs(flavor="p4", count=1, project="default"))
+        placed = place(a, PlaceArgs(flavor="p4", count=1, project="default"))
         assert not same_tables(a, b)
         assert b.sync() == 1  # exactly the one claim event
         assert same_tables(a, b)
@@ -69,9 +72,9 @@ def test_a_change_is_visible_to_the_other_replica_within_one_event(db_url):
 def test_a_stale_replica_loses_the_race_then_retries(db_url):
     a, b = replicas(db_url, hosts=1)
     try:
-        a.place(PlaceArgs(flavor="p4", count=1, project="default"))
+        place(a, PlaceArgs(flavor="p4", count=1, project="default"))
         # b has not seen a's claim: its commit fails on the generation, it catches up, retries
-        placed = b.place(PlaceArgs(flavor="p4", count=1, project="default"))
+        placed = place(b, PlaceArgs(flavor="p4", count=1, project="default"))
         assert placed.attempts == 2
         a.sync()
         assert same_tables(a, b)
@@ -88,9 +91,9 @@ def test_stale_replicas_never_break_a_deployment_set(db_url):
         b.sync()
         args = PlaceArgs(flavor="s2", count=1, project="default", deployment_set="db")
         for r in (a, b, a):  # neither syncs in between: each decides on a stale view
-            r.place(args)
+            place(r, args)
         with pytest.raises(NoPlacementError, match=r"hosts fit"):
-            b.place(args)
+            place(b, args)
         members = a.store.list_instances(server_group="db")
         assert len({m.host for m in members}) == len(members) == 3
         assert audit(a.store) == []
@@ -107,7 +110,7 @@ def test_events_with_a_gap_make_the_replica_reload(db_url):
         a._apply(bogus)
         assert a.needs_reload
         a.sync()  # nothing new in the log, but the flag is honoured on the next placement
-        a.place(PlaceArgs(flavor="p4", count=1, project="default"))
+        place(a, PlaceArgs(flavor="p4", count=1, project="default"))
         assert a.reloads == reloads + 1
         assert bool(a.clusters["c1"].table.enabled[0])  # the bogus event left no trace
     finally:
@@ -122,7 +125,7 @@ def test_new_hosts_and_flavors_reach_other_replicas(db_url):
         b.sync()
         assert "h-c1-7" in b.clusters["c1"].table.index
         assert "tiny" in b.clusters["c1"].table.flavors
-        b.place(PlaceArgs(flavor="tiny", count=1, project="default"))
+        place(b, PlaceArgs(flavor="tiny", count=1, project="default"))
     finally:
         close([a, b])
 
@@ -166,14 +169,14 @@ def test_races_lost_to_logged_commits_need_no_reload(db_url):
         def racing(**kwargs):
             if races[0]:
                 races[0] -= 1
-                b.place(PlaceArgs(flavor="p4", count=1, project="default"))
+                place(b, PlaceArgs(flavor="p4", count=1, project="default"))
             return real(**kwargs)
 
         a.store.commit_placement = racing  # type: ignore[method-assign]
         commits: list[bool] = []
         a.on_commit = lambda _seconds, committed: commits.append(committed)
         reloads = a.reloads
-        placed = a.place(PlaceArgs(flavor="p4", count=1, project="default"))
+        placed = place(a, PlaceArgs(flavor="p4", count=1, project="default"))
         assert placed.attempts == 3
         assert commits == [False, False, True]
         assert a.reloads == reloads
@@ -192,7 +195,7 @@ def test_background_sync_follows_the_log(db_url):
     try:
         time.sleep(0.3)  # LISTEN is up
         started = time.monotonic()
-        a.place(PlaceArgs(flavor="p4", count=2, project="default"))
+        place(a, PlaceArgs(flavor="p4", count=2, project="default"))
         while b.last_event < a.store.latest_event_id() and time.monotonic() - started < 3:
             time.sleep(0.01)
         # with a 5 s poll on PostgreSQL only NOTIFY can explain catching up this fast
@@ -208,8 +211,8 @@ def test_events_committed_out_of_id_order_are_not_skipped(db_url):
     """A replica that sees event n+1 before event n asks for n again until it appears."""
     a, b = replicas(db_url)
     try:
-        first = a.place(PlaceArgs(flavor="p4", count=1, project="default"))
-        second = a.place(PlaceArgs(flavor="s2", count=1, project="default"))
+        first = place(a, PlaceArgs(flavor="p4", count=1, project="default"))
+        second = place(a, PlaceArgs(flavor="s2", count=1, project="default"))
         e1, e2 = first.commit.events[0], second.commit.events[0]
         with b.lock:  # as if e1's transaction were still committing when b read e2
             b._apply_own(e2)
@@ -235,7 +238,7 @@ def test_replica_spread_makes_replicas_prefer_different_hosts(db_url):
         names = [w.name for w, _ in r.scheduler.weighers]
         assert "replica_spread" in names
         with r.lock:
-            plan = r._decide(PlaceArgs(flavor="p4", count=1, project="default", seed=1), "p")
+            plan = choose(r, PlaceArgs(flavor="p4", count=1, project="default", seed=1))
         chosen.append(plan.decision.hosts[0])
         r.store.close()
     assert chosen[0] != chosen[1]  # same request, same seed, different replica: other host

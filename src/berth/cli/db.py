@@ -63,7 +63,7 @@ def db_load_topology(
     from berth.core.errors import BerthError
     from berth.policy.demo import shipped_path
     from berth.policy.loader import load_policy, load_topology
-    from berth.service.policy import load_topology_into
+    from berth.service.policy_topology import load_topology_into
     from berth.store.repo import Store
 
     store = Store.open(db_url(db, data_dir))

@@ -75,8 +75,8 @@ def serve(
     import uvicorn
 
     from berth.service.app import create_app
+    from berth.service.config import ServiceConfig
     from berth.service.demo import load_demo as _load_demo
-    from berth.service.state import ServiceConfig
 
     url = db_url(db, data_dir)
     scheduler = profile(profile_name) if config is None else _read_config(config)
@@ -119,7 +119,7 @@ def _load_policy(path: Path, store: Store) -> Policy:
     """The multi-cloud policy, its flavor catalogue recorded in the store."""
     from berth.core.errors import BerthError
     from berth.policy.loader import load_policy
-    from berth.service.policy import ensure_catalogue
+    from berth.service.policy_topology import ensure_catalogue
 
     try:
         policy = load_policy(path)

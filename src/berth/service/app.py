@@ -35,21 +35,17 @@ from berth.policy.errors import MultiCloudInputError
 from berth.policy.outcome import ScheduleRequest
 from berth.service import schemas as s
 from berth.service.auth import Authenticator, Principal, require
+from berth.service.config import ServiceConfig
 from berth.service.defrag import DefragService, DefragThread
 from berth.service.defrag import router as defrag_router
 from berth.service.errors import ERROR_RESPONSES, ApiError, ErrorBody, not_found
 from berth.service.metrics import Metrics
-from berth.service.policy import PolicyFailureError, Scheduled
-from berth.service.policy import schedule as policy_schedule
-from berth.service.state import (
-    BadRequestError,
-    ContentionError,
-    NoPlacementError,
-    PlaceArgs,
-    Placed,
-    Replica,
-    ServiceConfig,
-)
+from berth.service.placing.errors import BadRequestError, ContentionError, NoPlacementError
+from berth.service.placing.multicloud import PolicyFailureError, Scheduled
+from berth.service.placing.multicloud import schedule as policy_schedule
+from berth.service.placing.plain import PlaceArgs, Placed, place, record_failure
+from berth.service.policy_topology import attach_policy, policy_engine
+from berth.service.replica import Replica
 from berth.store.defrag import migrating_instance
 from berth.store.errors import (
     AlreadyExistsError,
@@ -296,6 +292,7 @@ def create_app(
     kernels.prepare()  # the first placement does not wait for the engine's compiled kernels
     store = store or Store.open(config.db_url, replica=config.replica_id)
     replica = Replica(store, config, clock)
+    attach_policy(replica)
     replica.reload()
     metrics = Metrics(replica)
     auth = Authenticator(store, config.token_cache_ttl)
@@ -738,7 +735,8 @@ def create_app(
         if replayed is not None:
             return replayed
         try:
-            placed = replica.place(
+            placed = place(
+                replica,
                 args,
                 idempotency=idem,
                 response=lambda pl: _placement_out(args, pl),
@@ -749,11 +747,11 @@ def create_app(
         except NoPlacementError as exc:
             metrics.placements.labels("failure", exc.reason).inc()
             metrics.placement.observe(time.perf_counter() - started)
-            replica.record_failure(args, exc.reason, started)
+            record_failure(replica, args, exc.reason, started)
             raise
         except ContentionError:
             metrics.placements.labels("failure", "contention").inc()
-            replica.record_failure(args, "contention", started)
+            record_failure(replica, args, "contention", started)
             raise
         metrics.placements.labels("success", "placed").inc()
         metrics.placement.observe(time.perf_counter() - started)
@@ -849,7 +847,7 @@ def create_app(
         cluster, deployment set, flavor variants by business type and user, placement in a
         pool, preemption; then the same optimistic commit as /v1/placements."""
         _require_placer(p)
-        if replica.engine is None:
+        if policy_engine(replica) is None:
             raise ApiError(
                 409,
                 "policy_not_configured",
@@ -1012,7 +1010,7 @@ def create_app(
         """The policy's capacity report ("remaining packages", needs `serve --policy`): for
         each base flavor and variant, how many more fit in its pool, by region, IDC, cluster,
         pool, host, or per base flavor and variant (`by=flavor`)."""
-        engine = replica.engine
+        engine = policy_engine(replica)
         if engine is None:
             raise ApiError(
                 409,

@@ -44,8 +44,8 @@ from berth.core.engine import FilterScheduler
 from berth.core.request import RequestSpec
 from berth.service.auth import Authenticator, Principal, require
 from berth.service.errors import ApiError
+from berth.service.replica import ClusterView, Replica
 from berth.service.schemas import Ident, Text
-from berth.service.state import ClusterView, Replica
 from berth.store.defrag import (
     FINAL_STEPS,
     OPEN_STEPS,

@@ -1,0 +1,29 @@
+"""What one `berth serve` process is configured with (`ServiceConfig`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from berth.core.config import SchedulerConfig, profile
+from berth.policy.model import Policy
+
+
+@dataclass
+class ServiceConfig:
+    """What a replica needs to know; everything has a default that suits one node."""
+
+    db_url: str
+    replica_id: str = "replica-1"
+    scheduler: SchedulerConfig = field(default_factory=lambda: profile("berth"))
+    service_down_time: float = 60.0
+    max_attempts: int = 8
+    poll_interval: float = 0.5
+    heartbeat_interval: float = 2.0
+    reconcile_interval: float = 60.0
+    cluster_order: str = "most_free"  # most_free | least_free | name
+    token_cache_ttl: float = 5.0
+    preemption: bool = True
+    policy: Policy | None = None
+    """The multi-cloud policy (`berth serve --policy FILE`): enables POST /v1/schedule."""
+    replica_spread: float = 0.0
+    """Weight of the replica-spread weigher (0: off); see `berth.service.spread`."""
