@@ -221,7 +221,7 @@ def register(app: typer.Typer) -> None:
             elapsed = time.perf_counter() - started
             exact_info = None
             if exact:
-                from berth.defrag.exact import exact_optimum, heuristic_gap, plan_value
+                from berth.solvers.defrag_exact import exact_optimum, heuristic_gap, plan_value
 
                 best = exact_optimum(
                     table, goal, limits, scheduler=scheduler, now=when, time_limit=time_limit
