@@ -27,11 +27,12 @@ from berth.sim.defrag import PeriodicDefrag, parse_budget, parse_interval
 from berth.sim.evictions import default_evictor
 from berth.sim.fleets import load_fleet_or_sizing
 from berth.sim.policies import Policy, resolve, resolve_all, with_admission
-from berth.sim.replay import PolicyRun, ReplayOptions, Simulation
+from berth.sim.replay import ReplayOptions, Simulation
 from berth.sim.report import write_report
 from berth.sim.synthetic import DEFAULT_SIZING, SyntheticConfig, generate
 from berth.sim.trace import Trace
 from berth.sim.tracefile import read_trace
+from berth.sim.types import PolicyRun
 
 out = Console()
 err = Console(stderr=True)

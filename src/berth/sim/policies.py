@@ -34,7 +34,6 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import yaml
@@ -52,9 +51,7 @@ from berth.core.request import RequestSpec
 from berth.core.table import HostTable
 from berth.fleet.io import describe_validation_error
 from berth.sim.defrag import PeriodicDefrag
-
-if TYPE_CHECKING:
-    from berth.sim.replay import PeriodicAction
+from berth.sim.types import PeriodicAction
 
 DESCRIPTIONS = {
     "nova": "Nova default: spread by free RAM",

@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from berth.sim.replay import ACCEPTED, SAMPLE_FIELDS, PolicyRun, Simulation
+from berth.sim.replay import ACCEPTED, SAMPLE_FIELDS, Simulation
 from berth.sim.trace import BUSINESS_LABELS, DAY, HOUR
+from berth.sim.types import PolicyRun
 
 PLOTS = ("utilisation.png", "acceptance.png", "fragmentation.png", "latency.png")
 
