@@ -12,8 +12,8 @@ What it does (docs/defrag.md has the planner):
 2. A fleet fragmented by the simulator: the Azure packing sample (Protean OSDI 2020 / CoSpot
    SoCC 2022, CC-BY 4.0) replayed on 560 x azure-1 under Nova's spreading profile up to the
    middle of its window, then the same planner for the two largest common flavors.
-3. The heuristic's gap to the exact optimum (`berth.defrag.exact`, HiGHS) on small synthetic
-   fleets (8, 10 and 12 hosts, several seeds, budgets of 3 % and 10 % of the VMs).
+3. The heuristic's gap to the exact optimum (`berth.solvers.defrag_exact`, HiGHS) on small
+   synthetic fleets (8, 10 and 12 hosts, several seeds, budgets of 3 % and 10 % of the VMs).
 4. Capacity against migrations on the 1,000-host fleet (a plot, when matplotlib is present).
 5. With ``--reference REV``: the planner of git revision REV (its `planner.py`, loaded beside
    this one) against this one on the same inputs, interleaved in one run: CPU time medians and
@@ -51,7 +51,7 @@ from berth.core.defrag import Budget, Objective, Plan, Target, check_plan, plan_
 from berth.core.engine import FilterScheduler
 from berth.core.model import DiskInventory, Flavor, Fleet, Host, NumaCell
 from berth.core.table import HostTable
-from berth.defrag.exact import exact_optimum, heuristic_gap, plan_value
+from berth.solvers.defrag_exact import exact_optimum, heuristic_gap, plan_value
 from provenance import machine, source_state
 
 REPO = Path(__file__).resolve().parent.parent
@@ -600,7 +600,8 @@ def _gap_lines(rows: list[dict[str, Any]], title: str, limit: float) -> list[str
             "",
             f"## Gap to the exact optimum: {title}",
             "",
-            "Small synthetic fleets. Exact: `berth.defrag.exact.exact_optimum` (MIP, HiGHS, "
+            "Small synthetic fleets. Exact: `berth.solvers.defrag_exact.exact_optimum` "
+            "(MIP, HiGHS, "
             f"{limit:g} s limit; among optimal final states the one with the fewest moves); "
             "gap = (bound − heuristic) / bound, the true gap where the optimum was proven.",
             "",
@@ -642,7 +643,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [300, 1000] if args.quick else [1000, 10000]
     result: dict[str, Any] = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": source_state(("src/berth/core/defrag", "src/berth/defrag"), "defrag"),
+        "commit": source_state(("src/berth/core/defrag", "src/berth/solvers"), "defrag"),
         "machine": machine(),
         "command": command_line(),
         "load_start": load_start,

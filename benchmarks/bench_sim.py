@@ -54,9 +54,11 @@ from berth.sim.defrag import PeriodicDefrag, parse_interval
 from berth.sim.evictions import default_evictor
 from berth.sim.fleets import load_fleet_or_sizing
 from berth.sim.policies import CLASSIC, PLACEMENT_ONLY, Policy, resolve
-from berth.sim.replay import PeriodicAction, PolicyRun, ReplayOptions, Simulation
-from berth.sim.report import describe_trace, markdown, summarize
+from berth.sim.replay import ReplayOptions, Simulation
+from berth.sim.report import describe_trace, summarize
+from berth.sim.report_markdown import markdown
 from berth.sim.synthetic import SyntheticConfig, generate
+from berth.sim.types import PeriodicAction, PolicyRun
 from provenance import machine
 
 REPO = Path(__file__).resolve().parent.parent

@@ -18,7 +18,7 @@ from berth.core.errors import ClaimError, SpecError
 from berth.core.model import GroupPolicy, Instance
 from berth.core.resources import C_MEM, C_PCPU
 from berth.core.table import HostTable
-from berth.defrag.exact import exact_optimum, heuristic_gap, plan_value
+from berth.solvers.defrag_exact import exact_optimum, heuristic_gap, plan_value
 from tests.builders import NOW, flavor, group, host, instance, table_of
 from tests.core.strategies import examples
 from tests.core.test_defrag_properties import budgets, fragmented, targets

@@ -16,9 +16,10 @@ from berth.cli.main import app
 from berth.core.model import Fleet
 from berth.sim.evictions import default_evictor
 from berth.sim.policies import PolicyError, resolve, with_admission
-from berth.sim.replay import ACCEPTED, REJECTED, PolicyRun, ReplayOptions, Simulation
+from berth.sim.replay import ACCEPTED, REJECTED, ReplayOptions, Simulation
 from berth.sim.report import summarize
 from berth.sim.trace import Business, Trace, build_trace
+from berth.sim.types import PolicyRun
 from tests.builders import flavor, host
 
 OD, PRE = int(Business.ON_DEMAND), int(Business.PREEMPTIBLE)

@@ -15,13 +15,12 @@ from berth.sim.replay import (
     ACCEPTED,
     EVICTED,
     REJECTED,
-    PolicyRun,
     ReplayOptions,
-    ReplayState,
     Simulation,
 )
 from berth.sim.report import summarize
 from berth.sim.trace import Business, Trace, build_trace
+from berth.sim.types import PolicyRun, ReplayState
 from tests.builders import flavor, host
 
 OD, PRE = int(Business.ON_DEMAND), int(Business.PREEMPTIBLE)

@@ -9,10 +9,11 @@ import pytest
 
 from berth.sim.fleets import load_fleet_or_sizing
 from berth.sim.policies import resolve
-from berth.sim.replay import PolicyRun, ReplayOptions, Simulation
+from berth.sim.replay import ReplayOptions, Simulation
 from berth.sim.report import summarize
 from berth.sim.synthetic import SyntheticConfig, catalogue, generate
 from berth.sim.trace import DAY, HOUR, Business
+from berth.sim.types import PolicyRun
 
 
 @pytest.fixture(scope="module")

@@ -240,7 +240,7 @@ def _exact(
     result: Plan,
 ) -> dict[str, Any]:
     """The exact optimum and the heuristic plan's gap to it (`--exact`; needs SciPy)."""
-    from berth.defrag.exact import exact_optimum, heuristic_gap, plan_value
+    from berth.solvers.defrag_exact import exact_optimum, heuristic_gap, plan_value
 
     best = exact_optimum(table, goal, limits, scheduler=scheduler, now=when, time_limit=time_limit)
     return {

@@ -27,11 +27,12 @@ from berth.sim.defrag import PeriodicDefrag, parse_budget, parse_interval
 from berth.sim.evictions import default_evictor
 from berth.sim.fleets import load_fleet_or_sizing
 from berth.sim.policies import Policy, resolve, resolve_all, with_admission
-from berth.sim.replay import PolicyRun, ReplayOptions, Simulation
+from berth.sim.replay import ReplayOptions, Simulation
 from berth.sim.report import write_report
 from berth.sim.synthetic import DEFAULT_SIZING, SyntheticConfig, generate
 from berth.sim.trace import Trace
 from berth.sim.tracefile import read_trace
+from berth.sim.types import PolicyRun
 
 out = Console()
 err = Console(stderr=True)
@@ -82,16 +83,8 @@ def run_simulation(
 
     With `defrag_every`, every policy is replayed twice: as it is, and with periodic
     defragmentation (named ``policy+defrag``)."""
-    defrag: PeriodicDefrag | None = None  # options first: fail before reading a trace
-    if defrag_every is not None:
-        share, count = parse_budget(defrag_budget)
-        defrag = PeriodicDefrag(
-            interval=parse_interval(defrag_every),
-            share=share,
-            migrations=count,
-            max_concurrent=defrag_concurrent,
-            flavors=tuple(defrag_flavors or ()),
-        )
+    # options first: fail before reading a trace
+    defrag = _defrag_action(defrag_every, defrag_budget, defrag_flavors, defrag_concurrent)
     trace = load_trace(trace_spec, seed, azure_dir, days)
     if limit is not None:
         trace = trace.head(limit)
@@ -121,27 +114,7 @@ def run_simulation(
         plan.append((policy, [], policy.name))
         if defrag is not None:
             plan.append((policy, [defrag], policy.name + "+defrag"))
-    runs: list[PolicyRun] = []
-    if show_progress:
-        with Progress(
-            TextColumn("[bold]{task.description:<12}"),
-            BarColumn(),
-            TextColumn("{task.completed:,}/{task.total:,} events"),
-            TimeElapsedColumn(),
-            console=err,
-            transient=False,
-        ) as bar:
-            for policy, periodic, name in plan:
-                task = bar.add_task(name, total=int(sim.ev_time.size))
-
-                def tick(done: int, total: int, task: Any = task) -> None:
-                    bar.update(task, completed=done)
-
-                sim.options.progress = tick
-                runs.append(sim.run(policy, periodic, name))
-        sim.options.progress = None
-    else:
-        runs = [sim.run(policy, periodic, name) for policy, periodic, name in plan]
+    runs = _replay_all(sim, plan, show_progress)
     opts = {
         "seed": seed,
         "limit": limit,
@@ -162,6 +135,49 @@ def run_simulation(
         ),
     }
     return write_report(out_dir, sim, runs, fleet_desc, command, opts, plots)
+
+
+def _defrag_action(
+    every: str | None, budget: str, flavors: list[str] | None, concurrent: int
+) -> PeriodicDefrag | None:
+    """The --defrag-* options as a periodic action (None without --defrag-every)."""
+    if every is None:
+        return None
+    share, count = parse_budget(budget)
+    return PeriodicDefrag(
+        interval=parse_interval(every),
+        share=share,
+        migrations=count,
+        max_concurrent=concurrent,
+        flavors=tuple(flavors or ()),
+    )
+
+
+def _replay_all(
+    sim: Simulation, plan: list[tuple[Policy, list[PeriodicDefrag], str]], show_progress: bool
+) -> list[PolicyRun]:
+    """Every run of the plan in order, with a progress bar per run on stderr when asked."""
+    if not show_progress:
+        return [sim.run(policy, periodic, name) for policy, periodic, name in plan]
+    runs: list[PolicyRun] = []
+    with Progress(
+        TextColumn("[bold]{task.description:<12}"),
+        BarColumn(),
+        TextColumn("{task.completed:,}/{task.total:,} events"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+    ) as bar:
+        for policy, periodic, name in plan:
+            task = bar.add_task(name, total=int(sim.ev_time.size))
+
+            def tick(done: int, total: int, task: Any = task) -> None:
+                bar.update(task, completed=done)
+
+            sim.options.progress = tick
+            runs.append(sim.run(policy, periodic, name))
+    sim.options.progress = None
+    return runs
 
 
 def _summary_table(metrics: dict[str, Any]) -> Table:
@@ -207,165 +223,186 @@ def _summary_table(metrics: dict[str, Any]) -> Table:
     return grid
 
 
+TraceOption = Annotated[
+    str,
+    typer.Option(
+        "--trace",
+        help="azure (the Protean/CoSpot sample), synthetic (a 360-like day) or a trace "
+        "file (CSV/JSONL, see docs/simulator.md).",
+    ),
+]
+OutOption = Annotated[Path, typer.Option("--out", "-o", help="Output directory.")]
+FleetOption = Annotated[
+    str | None,
+    typer.Option(
+        "--fleet",
+        "-f",
+        help="Fleet snapshot file, sizing file, or sizing spec like 560xazure-1 or "
+        "90xstd-2s+11xssd-2s (hosts per cluster). Default: 560xazure-1 for azure, "
+        f"{DEFAULT_SIZING} for synthetic.",
+    ),
+]
+PolicyOption = Annotated[
+    str,
+    typer.Option(
+        "--policy",
+        "-p",
+        help="Comma-separated profiles (nova, first_fit, best_fit, worst_fit, berth, "
+        "spread, pack, ...) or scheduler configuration files.",
+    ),
+]
+SeedOption = Annotated[int, typer.Option(help="Seed for the generator and tie-breaking.")]
+LimitOption = Annotated[int | None, typer.Option(min=1, help="Replay only the first N requests.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print metrics.json's summary as JSON.")]
+AzureDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="Directory of the Azure sample (default: $BERTH_AZURE_TRACE_DIR "
+        "or the shared data directory)."
+    ),
+]
+DaysOption = Annotated[float, typer.Option(min=0.01, help="Synthetic trace length.")]
+FlavorOption = Annotated[
+    list[str] | None,
+    typer.Option("--flavor", help="Flavor to track fragmentation for (repeatable)."),
+]
+SampleEveryOption = Annotated[
+    float | None, typer.Option(help="Seconds of trace time between samples.")
+]
+NoBoundOption = Annotated[bool, typer.Option("--no-bound", help="Skip the LP/MIP lower bound.")]
+NoPreemptionOption = Annotated[
+    bool, typer.Option("--no-preemption", help="Never evict preemptible instances.")
+]
+NoPlotsOption = Annotated[bool, typer.Option("--no-plots", help="Skip the PNG plots.")]
+WarmupOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Policy that places the VMs already running when the window opens, for "
+        "every policy alike (default: each policy places them itself)."
+    ),
+]
+DefragEveryOption = Annotated[
+    str | None,
+    typer.Option(
+        "--defrag-every",
+        help="Also replay every policy with periodic defragmentation, every this much "
+        "trace time (e.g. 1d, 12h, 3600); reported as POLICY+defrag.",
+    ),
+]
+DefragBudgetOption = Annotated[
+    str,
+    typer.Option(
+        "--defrag-budget",
+        help="Migrations per defragmentation run: a share of the running VMs (3%) or "
+        "a number (50).",
+    ),
+]
+DefragFlavorOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--defrag-flavor",
+        help="Flavor whose capacity defragmentation restores (repeatable; default: "
+        "the tracked large flavors).",
+    ),
+]
+DefragConcurrentOption = Annotated[
+    int, typer.Option("--defrag-concurrent", min=1, help="Migrations per wave.")
+]
+AdmitMigrationsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--admit-migrations",
+        min=0,
+        max=MAX_ADMISSION,
+        help="Live migrations every policy may make to admit a request that fits "
+        "nowhere (0 = never; tried before any eviction). Default: each policy's own "
+        "(berth: 1, others: 0). A policy whose setting changes is renamed, e.g. "
+        "first_fit+admit1 or berth-noadmit.",
+    ),
+]
+
+
+def simulate(
+    trace: TraceOption,
+    out_dir: OutOption,
+    fleet: FleetOption = None,
+    policy: PolicyOption = DEFAULT_POLICIES,
+    seed: SeedOption = 0,
+    limit: LimitOption = None,
+    as_json: JsonOption = False,
+    azure_dir: AzureDirOption = None,
+    days: DaysOption = 1.0,
+    flavor: FlavorOption = None,
+    sample_every: SampleEveryOption = None,
+    no_bound: NoBoundOption = False,
+    no_preemption: NoPreemptionOption = False,
+    no_plots: NoPlotsOption = False,
+    warmup: WarmupOption = None,
+    defrag_every: DefragEveryOption = None,
+    defrag_budget: DefragBudgetOption = "3%",
+    defrag_flavor: DefragFlavorOption = None,
+    defrag_concurrent: DefragConcurrentOption = 1,
+    admit_migrations: AdmitMigrationsOption = None,
+) -> None:
+    """Replay a VM trace against a fleet under several placement policies; write a report."""
+    command = "berth " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    started = time.perf_counter()
+    try:
+        metrics = run_simulation(
+            trace,
+            fleet,
+            policy,
+            out_dir,
+            seed=seed,
+            limit=limit,
+            azure_dir=azure_dir,
+            days=days,
+            track=flavor,
+            sample_every=sample_every,
+            bound=not no_bound,
+            preemption=not no_preemption,
+            plots=not no_plots,
+            show_progress=not as_json,
+            command=command,
+            warmup=warmup,
+            defrag_every=defrag_every,
+            defrag_budget=defrag_budget,
+            defrag_flavors=defrag_flavor,
+            defrag_concurrent=defrag_concurrent,
+            admit_migrations=admit_migrations,
+        )
+    except BerthError as exc:
+        _fail(str(exc))
+    if as_json:
+        _print_json(out_dir, metrics)
+        return
+    out.print(_summary_table(metrics))
+    if metrics["trace"]["citation"]:
+        out.print(f"[dim]{metrics['trace']['citation']}[/]", soft_wrap=True)
+    out.print(
+        f"Report: {out_dir / 'report.md'}, metrics: {out_dir / 'metrics.json'} "
+        f"({time.perf_counter() - started:.1f} s)"
+    )
+
+
+def _print_json(out_dir: Path, metrics: dict[str, Any]) -> None:
+    """--json: metrics.json's trace, fleet and per-policy summaries (no windows) on stdout."""
+    sys.stdout.write(
+        json.dumps(
+            {
+                "out": str(out_dir),
+                "trace": metrics["trace"],
+                "fleet": metrics["fleet"],
+                "policies": [
+                    {k: v for k, v in s.items() if k != "windows"} for s in metrics["policies"]
+                ],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+
+
 def register(app: typer.Typer) -> None:
     """Add `berth simulate` to the CLI."""
-
-    @app.command()
-    def simulate(
-        trace: Annotated[
-            str,
-            typer.Option(
-                "--trace",
-                help="azure (the Protean/CoSpot sample), synthetic (a 360-like day) or a trace "
-                "file (CSV/JSONL, see docs/simulator.md).",
-            ),
-        ],
-        out_dir: Annotated[Path, typer.Option("--out", "-o", help="Output directory.")],
-        fleet: Annotated[
-            str | None,
-            typer.Option(
-                "--fleet",
-                "-f",
-                help="Fleet snapshot file, sizing file, or sizing spec like 560xazure-1 or "
-                "90xstd-2s+11xssd-2s (hosts per cluster). Default: 560xazure-1 for azure, "
-                f"{DEFAULT_SIZING} for synthetic.",
-            ),
-        ] = None,
-        policy: Annotated[
-            str,
-            typer.Option(
-                "--policy",
-                "-p",
-                help="Comma-separated profiles (nova, first_fit, best_fit, worst_fit, berth, "
-                "spread, pack, ...) or scheduler configuration files.",
-            ),
-        ] = DEFAULT_POLICIES,
-        seed: Annotated[int, typer.Option(help="Seed for the generator and tie-breaking.")] = 0,
-        limit: Annotated[
-            int | None, typer.Option(min=1, help="Replay only the first N requests.")
-        ] = None,
-        as_json: Annotated[
-            bool, typer.Option("--json", help="Print metrics.json's summary as JSON.")
-        ] = False,
-        azure_dir: Annotated[
-            Path | None,
-            typer.Option(
-                help="Directory of the Azure sample (default: $BERTH_AZURE_TRACE_DIR "
-                "or the shared data directory)."
-            ),
-        ] = None,
-        days: Annotated[float, typer.Option(min=0.01, help="Synthetic trace length.")] = 1.0,
-        flavor: Annotated[
-            list[str] | None,
-            typer.Option("--flavor", help="Flavor to track fragmentation for (repeatable)."),
-        ] = None,
-        sample_every: Annotated[
-            float | None, typer.Option(help="Seconds of trace time between samples.")
-        ] = None,
-        no_bound: Annotated[
-            bool, typer.Option("--no-bound", help="Skip the LP/MIP lower bound.")
-        ] = False,
-        no_preemption: Annotated[
-            bool, typer.Option("--no-preemption", help="Never evict preemptible instances.")
-        ] = False,
-        no_plots: Annotated[bool, typer.Option("--no-plots", help="Skip the PNG plots.")] = False,
-        warmup: Annotated[
-            str | None,
-            typer.Option(
-                help="Policy that places the VMs already running when the window opens, for "
-                "every policy alike (default: each policy places them itself)."
-            ),
-        ] = None,
-        defrag_every: Annotated[
-            str | None,
-            typer.Option(
-                "--defrag-every",
-                help="Also replay every policy with periodic defragmentation, every this much "
-                "trace time (e.g. 1d, 12h, 3600); reported as POLICY+defrag.",
-            ),
-        ] = None,
-        defrag_budget: Annotated[
-            str,
-            typer.Option(
-                "--defrag-budget",
-                help="Migrations per defragmentation run: a share of the running VMs (3%) or "
-                "a number (50).",
-            ),
-        ] = "3%",
-        defrag_flavor: Annotated[
-            list[str] | None,
-            typer.Option(
-                "--defrag-flavor",
-                help="Flavor whose capacity defragmentation restores (repeatable; default: "
-                "the tracked large flavors).",
-            ),
-        ] = None,
-        defrag_concurrent: Annotated[
-            int, typer.Option("--defrag-concurrent", min=1, help="Migrations per wave.")
-        ] = 1,
-        admit_migrations: Annotated[
-            int | None,
-            typer.Option(
-                "--admit-migrations",
-                min=0,
-                max=MAX_ADMISSION,
-                help="Live migrations every policy may make to admit a request that fits "
-                "nowhere (0 = never; tried before any eviction). Default: each policy's own "
-                "(berth: 1, others: 0). A policy whose setting changes is renamed, e.g. "
-                "first_fit+admit1 or berth-noadmit.",
-            ),
-        ] = None,
-    ) -> None:
-        """Replay a VM trace against a fleet under several placement policies; write a report."""
-        command = "berth " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-        started = time.perf_counter()
-        try:
-            metrics = run_simulation(
-                trace,
-                fleet,
-                policy,
-                out_dir,
-                seed=seed,
-                limit=limit,
-                azure_dir=azure_dir,
-                days=days,
-                track=flavor,
-                sample_every=sample_every,
-                bound=not no_bound,
-                preemption=not no_preemption,
-                plots=not no_plots,
-                show_progress=not as_json,
-                command=command,
-                warmup=warmup,
-                defrag_every=defrag_every,
-                defrag_budget=defrag_budget,
-                defrag_flavors=defrag_flavor,
-                defrag_concurrent=defrag_concurrent,
-                admit_migrations=admit_migrations,
-            )
-        except BerthError as exc:
-            _fail(str(exc))
-        if as_json:
-            sys.stdout.write(
-                json.dumps(
-                    {
-                        "out": str(out_dir),
-                        "trace": metrics["trace"],
-                        "fleet": metrics["fleet"],
-                        "policies": [
-                            {k: v for k, v in s.items() if k != "windows"}
-                            for s in metrics["policies"]
-                        ],
-                    },
-                    indent=2,
-                )
-                + "\n"
-            )
-            return
-        out.print(_summary_table(metrics))
-        if metrics["trace"]["citation"]:
-            out.print(f"[dim]{metrics['trace']['citation']}[/]", soft_wrap=True)
-        out.print(
-            f"Report: {out_dir / 'report.md'}, metrics: {out_dir / 'metrics.json'} "
-            f"({time.perf_counter() - started:.1f} s)"
-        )
+    app.command()(simulate)

@@ -17,13 +17,10 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from berth.core.defrag import Budget, Objective, Target, apply_moves, plan_defrag
 from berth.core.errors import BerthError
-
-if TYPE_CHECKING:
-    from berth.sim.replay import ReplayState
+from berth.sim.types import ReplayState
 
 UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 

@@ -36,7 +36,6 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import yaml
 from pydantic import ValidationError
@@ -50,9 +49,7 @@ from berth.core.registry import filter_class, weigher_class
 from berth.core.table import HostTable
 from berth.fleet.io import describe_validation_error
 from berth.sim.defrag import PeriodicDefrag
-
-if TYPE_CHECKING:
-    from berth.sim.replay import PeriodicAction
+from berth.sim.types import PeriodicAction
 
 DESCRIPTIONS = {
     "nova": "Nova default: spread by free RAM",

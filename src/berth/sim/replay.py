@@ -27,8 +27,8 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -36,14 +36,13 @@ import numpy.typing as npt
 from berth.core import kernels
 from berth.core.config import SchedulerConfig
 from berth.core.defrag import apply_moves
-from berth.core.defrag.admit import plan_admission
+from berth.core.defrag.admit import Admission, plan_admission
 from berth.core.engine import Decision, FilterScheduler, commit
-from berth.core.errors import BerthError
 from berth.core.explain import NoValidHost
 from berth.core.model import Fleet
 from berth.core.request import RequestSpec
 from berth.core.table import Allocation, HostTable
-from berth.sim.bound import Bound, flavor_vectors, lower_bound
+from berth.sim.bound import Bound
 from berth.sim.evictions import Evictor, Victims
 from berth.sim.fleets import merge_trace
 from berth.sim.measures import (
@@ -54,7 +53,9 @@ from berth.sim.measures import (
     snapshot,
 )
 from berth.sim.policies import Policy, lean_config
+from berth.sim.probes import Probe, load_counts, peak_probes, probe_record
 from berth.sim.trace import BUSINESS_LABELS, Business, Trace
+from berth.sim.types import PeriodicAction, PolicyRun, ReplayState
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -73,16 +74,6 @@ SAMPLE_FIELDS = (
     "stranded_cpu",
     "stranded_mem",
 )
-
-
-class PeriodicAction(Protocol):
-    """Something that runs every `interval` seconds of virtual time (e.g. defragmentation)."""
-
-    interval: float
-
-    def __call__(self, state: ReplayState, now: float) -> int:
-        """Act on the state; returns the number of events performed (counted as work)."""
-        ...
 
 
 @dataclass
@@ -132,131 +123,6 @@ def large_flavors(
     return [name for _, _, name in sized[:k]]
 
 
-@dataclass
-class ReplayState:
-    """What a periodic action may read (and, through `migrate`, change)."""
-
-    table: HostTable
-    scheduler: FilterScheduler
-    now: float
-    events: int = 0
-    victims_by_host: dict[str, set[str]] = field(default_factory=dict)
-    """Host -> preemptible instances running there (the evictor's candidate index)."""
-    tracked: list[str] = field(default_factory=list)
-    """The replay's tracked (large) flavors, e.g. a defragmenter's default target."""
-    seed: int = 0
-    log: list[dict[str, Any]] = field(default_factory=list)
-    """What periodic actions did, one record each (`action`, `time`, `migrations`, ...)."""
-    pressure: int = 0
-    """Requests so far that found no room although some host could hold them when empty
-    (refused, or admitted by migration): what a defragmenter run `on_pressure` waits for."""
-    pressure_seen: dict[str, int] = field(default_factory=dict)
-    """Per periodic action name: `pressure` when it last ran."""
-    hosted: dict[str, set[str]] | None = None
-    """Host -> every instance running there; kept only when the policy admits by migration
-    (`plan_admission` reads it instead of scanning every allocation)."""
-
-    def moved(self, instance_id: str, source: str, target: str) -> None:
-        """Keep the indexes exact after an instance moved (e.g. `apply_moves`)."""
-        for index in (self.victims_by_host, self.hosted):
-            held = index.get(source) if index is not None else None
-            if index is not None and held is not None and instance_id in held:
-                held.discard(instance_id)
-                index.setdefault(target, set()).add(instance_id)
-
-    def forget(self, instance_id: str, host: str) -> None:
-        """Drop an instance from the indexes (it left `host`)."""
-        for index in (self.victims_by_host, self.hosted):
-            held = index.get(host) if index is not None else None
-            if held is not None:
-                held.discard(instance_id)
-
-    def placed(self, instance_id: str, host: str, preemptible: bool) -> None:
-        """Add a new instance to the indexes."""
-        if preemptible:
-            self.victims_by_host.setdefault(host, set()).add(instance_id)
-        if self.hosted is not None:
-            self.hosted.setdefault(host, set()).add(instance_id)
-
-    def migrate(self, instance_id: str, host: str) -> None:
-        """Move an instance to `host` (claim rule decides its cells); refused whole if it does
-        not fit there."""
-        alloc = self.table.release(instance_id)
-        self.moved(instance_id, alloc.host, host)
-        try:
-            self.table.claim(
-                instance_id,
-                host,
-                alloc.flavor,
-                server_group=alloc.server_group,
-                project=alloc.project,
-                migratable=alloc.migratable,
-            )
-        except BerthError:
-            self.moved(instance_id, host, alloc.host)
-            self.table.claim(
-                instance_id,
-                alloc.host,
-                alloc.flavor,
-                alloc.cell_use,
-                alloc.host_use,
-                server_group=alloc.server_group,
-                project=alloc.project,
-                migratable=alloc.migratable,
-            )
-            raise
-
-
-@dataclass
-class PolicyRun:
-    """Everything one replay measured (raw); `berth.sim.report` turns it into tables."""
-
-    policy: str
-    description: str
-    config: SchedulerConfig
-    outcome: npt.NDArray[np.int8]  # per request: 0 not replayed, ACCEPTED, REJECTED, EVICTED
-    host: npt.NDArray[np.int32]  # per request: row of the host it was placed on, -1 if none
-    windows: F64  # start time of each window (window 0 = warm-up)
-    arrivals: I64  # (windows, business)
-    accepted: I64  # (windows, business)
-    evicted: I64  # (windows, business) instances evicted in that window, by their business
-    failures: dict[str, dict[str, int]]  # business -> main reason code -> requests
-    failure_messages: dict[str, str]  # code -> an example message
-    sample_times: F64
-    samples: F64  # (samples, len(SAMPLE_FIELDS))
-    tracked: list[str]
-    fragmentation: F64  # (samples, tracked)
-    fragmentation_final: dict[str, float]  # every flavor of the trace, at the end
-    latency_ns: I64  # per decision (select_destinations, incl. diagnosis on failure)
-    commit_ns: int
-    wall_ns: int
-    events: int  # arrivals + departures that released an instance + evictions + migrations
-    decisions: int
-    evictions: int
-    periodic_events: int
-    periodic_log: list[dict[str, Any]]  # one record per periodic action run (see ReplayState)
-    migrations: I64  # (windows,) instances moved by periodic actions in each window
-    admission_migrations: int  # the policy's limit per request (0: admission by migration off)
-    admitted: I64  # (windows,) requests that fitted nowhere, placed after live migrations
-    admission_moves: I64  # (windows,) instances moved to admit requests in each window
-    admission_searches: int  # `plan_admission` calls (requests that fitted nowhere)
-    admission_ns: int  # time in those calls
-    probes: list[dict[str, Any]]  # at the offered-load peaks: used hosts, held load, bound
-    preemption: str
-
-    @property
-    def events_per_second(self) -> float:
-        return self.events / (self.wall_ns / 1e9) if self.wall_ns else 0.0
-
-
-@dataclass
-class Probe:
-    event: int  # index into the sorted event list, probed after it is processed
-    label: str
-    offered: dict[str, int] = field(default_factory=dict)
-    bound: Bound | None = None
-
-
 class Simulation:
     """A trace prepared against a fleet; `run(policy)` replays it under one policy."""
 
@@ -283,7 +149,14 @@ class Simulation:
             self.preexisting[inst.flavor] = self.preexisting.get(inst.flavor, 0) + 1
         self._events()
         self.sample_every = self.options.sample_every or trace.window / 12
-        self.probes = self._probes()
+        self.probes = peak_probes(
+            self.base, trace, self.ev_kind, self.ev_idx, self.preexisting, self._bound_limit
+        )
+
+    @property
+    def _bound_limit(self) -> float | None:
+        """The bounds' time limit, None when the options turn bounds off."""
+        return self.options.bound_time_limit if self.options.bound else None
 
     # ------------------------------------------------------------------ preparation
     def _events(self) -> None:
@@ -306,43 +179,6 @@ class Simulation:
         last = max(float(horizon if math.isfinite(horizon) else tr.start.max()), ws)
         self.n_windows = max(1, math.ceil((last - ws) / w)) + 1
         self.window_starts = np.concatenate([[-math.inf], ws + w * np.arange(self.n_windows - 1)])
-
-    def _offered(self, k: int) -> dict[str, int]:
-        """Flavor counts of what would be running after event k if every request were accepted."""
-        arrived = np.zeros(self.n_requests, dtype=bool)
-        kinds, idx = self.ev_kind[: k + 1], self.ev_idx[: k + 1]
-        arrived[idx[kinds == 1]] = True
-        arrived[idx[kinds == 0]] = False
-        counts = np.bincount(self.trace.flavor[arrived], minlength=len(self.trace.flavor_names))
-        out = {f: int(c) for f, c in zip(self.trace.flavor_names, counts, strict=True) if c}
-        for f, c in self.preexisting.items():
-            out[f] = out.get(f, 0) + c
-        return out
-
-    def _probes(self) -> list[Probe]:
-        """Instants of peak offered load: the events after which offered CPU (shared + pinned)
-        and offered memory (small + huge pages) are highest."""
-        tr = self.trace
-        if self.ev_time.size == 0:
-            return []
-        vec = flavor_vectors(self.base, tr.flavor_names)  # (flavors, resources)
-        both = np.stack([vec[:, 0] + vec[:, 1], vec[:, 2] + vec[:, 3]], axis=1)
-        sign = np.where(self.ev_kind == 1, 1.0, -1.0)
-        level = np.cumsum(both[tr.flavor[self.ev_idx]] * sign[:, None], axis=0)
-        probes: dict[int, list[str]] = {}
-        for r, name in enumerate(("CPU", "memory")):
-            if both[:, r].any():
-                probes.setdefault(int(np.argmax(level[:, r])), []).append(name)
-        out: list[Probe] = []
-        for k in sorted(probes):
-            label = "peak " + " and ".join(probes[k])
-            p = Probe(event=k, label=label, offered=self._offered(k))
-            if self.options.bound:
-                p.bound = lower_bound(
-                    self.base, p.offered, time_limit=self.options.bound_time_limit
-                )
-            out.append(p)
-        return out
 
     @property
     def lp_useful(self) -> bool:
@@ -371,7 +207,6 @@ class Simulation:
         named = {getattr(a, "name", None) for a in extra} - {None}
         # the policy's own actions, unless the run brings one of the same `name` (e.g. defrag)
         actions = [a for a in policy.periodic if getattr(a, "name", None) not in named] + extra
-        tr = self.trace
         config = lean_config(policy, self.base, self.flavors_used, self.zoned, self.now)
         main = FilterScheduler.from_config(config)
         warm = main
@@ -380,97 +215,131 @@ class Simulation:
                 opts.warmup, self.base, self.flavors_used, self.zoned, self.now
             )
             warm = FilterScheduler.from_config(warm_config)
-        scheduler = warm if self.ev_time.size and self.ev_time[0] < tr.window_start else main
-        dynamic = frozenset(f.name for f in main.filters if not f.static)
-        table = self.base.copy()
-        now = self.now
-        clock = opts.clock
-        ids = tr.ids
-        # per-request columns as Python lists: the event loop reads them one scalar at a time
-        keys = list(zip(tr.flavor.tolist(), tr.zone.tolist(), tr.group.tolist(), strict=True))
-        business_of: list[int] = tr.business.tolist()
-        starts = tr.start
-        preemptible_req: list[bool] = tr.preemptible.tolist()
-        names = tr.flavor_names
-        could_fit = [bool(self.eligible[f].any()) for f in names]
-        zones = tr.zones
-        groups = [g.id for g in tr.groups]
-        seeds: list[int] = (
-            np.random.default_rng(opts.seed).integers(0, 2**62, size=len(tr), dtype=np.int64)
-        ).tolist()
-        row_of = table.index
-        ws, wlen = tr.window_start, tr.window
-        nb = len(BUSINESS_LABELS)
+        replay = _Replay(self, policy, main, warm, actions)
+        replay.loop()
+        return replay.result(name or policy.name, policy.description, config)
 
-        outcome = np.zeros(len(tr), dtype=np.int8)
-        host_row = np.full(len(tr), -1, dtype=np.int32)
-        alive = [False] * len(tr)
-        arrivals = np.zeros((self.n_windows, nb), dtype=np.int64)
-        accepted = np.zeros((self.n_windows, nb), dtype=np.int64)
-        evicted = np.zeros((self.n_windows, nb), dtype=np.int64)
-        failures: dict[str, dict[str, int]] = {b: {} for b in BUSINESS_LABELS}
-        messages: dict[str, str] = {}
-        latency = np.zeros(int((self.ev_kind == 1).sum()), dtype=np.int64)
-        commit_ns = 0
-        decisions = 0
-        events = 0
-        evictions = 0
-        periodic_events = 0
-        templates: dict[tuple[int, int, int], RequestSpec] = {}
-        position = {rid: i for i, rid in enumerate(ids)}
-        victims_by_host: dict[str, set[str]] = {}
-        evictor = opts.evictor
-        fast = opts.fast
 
-        def is_preemptible(alloc: Allocation) -> bool:
-            i = position.get(alloc.instance_id)
-            return i is not None and preemptible_req[i] and alive[i]
+class _Replay:
+    """One run of a `Simulation`: its mutable state, the event loop, and the raw result.
 
-        current = [0.0]
+    The loop (`loop`) reads everything it needs per event from locals, as one flat function:
+    it is what `benchmarks/bench_sim.py` times in events per CPU second. Rarer steps (samples,
+    periodic actions, a request that fits nowhere) are methods it calls.
+    """
 
-        def created_at(alloc: Allocation) -> float:
-            # the core's `now` is the fleet's reference time; express age on that clock
-            i = position.get(alloc.instance_id)
-            age = 0.0 if i is None else current[0] - float(starts[i])
-            return now - age
-
-        victims = Victims(is_preemptible, created_at, victims_by_host)
-
-        sample_times: list[float] = []
-        samples: list[tuple[float, ...]] = []
-        frag: list[list[float]] = []
-        tracked = self.tracked
-        eligible = self.eligible
-        step = self.sample_every
-        next_sample = ws
-        state = ReplayState(
-            table, scheduler, now, victims_by_host=victims_by_host, tracked=tracked, seed=opts.seed
-        )
-        migrations = np.zeros(self.n_windows, dtype=np.int64)
-        admit_limit = policy.admission_migrations
+    def __init__(
+        self,
+        sim: Simulation,
+        policy: Policy,
+        main: FilterScheduler,
+        warm: FilterScheduler,
+        actions: Sequence[PeriodicAction],
+    ) -> None:
+        opts, tr = sim.options, sim.trace
+        n, windows, nb = len(tr), sim.n_windows, len(BUSINESS_LABELS)
+        self.sim, self.opts, self.main = sim, opts, main
+        self.scheduler = warm if sim.ev_time.size and sim.ev_time[0] < tr.window_start else main
+        self.admit_limit = policy.admission_migrations
         # a common warm-up policy places the initial VMs its own way, migrations included
-        limit = admit_limit
-        if scheduler is warm and opts.warmup is not None:
-            limit = opts.warmup.admission_migrations
-        admit_tries = admit_ns = 0
-        admitted = np.zeros(self.n_windows, dtype=np.int64)
-        admit_moves = np.zeros(self.n_windows, dtype=np.int64)
-        # host -> instances: built at the first admission search and kept from then on (a
-        # fleet that never needs one never pays for it)
+        self.limit = self.admit_limit
+        if self.scheduler is warm and opts.warmup is not None:
+            self.limit = opts.warmup.admission_migrations
+        self.dynamic = frozenset(f.name for f in main.filters if not f.static)
+        self.table = sim.base.copy()
+        # per-request columns as Python lists: the event loop reads them one scalar at a time
+        self.keys = list(zip(tr.flavor.tolist(), tr.zone.tolist(), tr.group.tolist(), strict=True))
+        self.business_of: list[int] = tr.business.tolist()
+        self.preemptible_req: list[bool] = tr.preemptible.tolist()
+        self.could_fit = [bool(sim.eligible[f].any()) for f in tr.flavor_names]
+        self.groups = [g.id for g in tr.groups]
+        self.seeds: list[int] = (
+            np.random.default_rng(opts.seed).integers(0, 2**62, size=n, dtype=np.int64)
+        ).tolist()
+        self.outcome = np.zeros(n, dtype=np.int8)
+        self.host_row = np.full(n, -1, dtype=np.int32)
+        self.alive = [False] * n
+        self.arrivals = np.zeros((windows, nb), dtype=np.int64)
+        self.accepted = np.zeros((windows, nb), dtype=np.int64)
+        self.evicted = np.zeros((windows, nb), dtype=np.int64)
+        self.failures: dict[str, dict[str, int]] = {b: {} for b in BUSINESS_LABELS}
+        self.messages: dict[str, str] = {}
+        self.latency = np.zeros(int((sim.ev_kind == 1).sum()), dtype=np.int64)
+        self.migrations = np.zeros(windows, dtype=np.int64)
+        self.admitted = np.zeros(windows, dtype=np.int64)
+        self.admit_moves = np.zeros(windows, dtype=np.int64)
+        self.commit_ns = self.decisions = self.events = self.evictions = 0
+        self.periodic_events = self.admit_tries = self.admit_ns = self.wall = 0
+        self.position = {rid: i for i, rid in enumerate(tr.ids)}
+        self.current = 0.0
+        """Virtual time of the arrival being evicted for (the victims' ages)."""
+        self.victims_by_host: dict[str, set[str]] = {}
+        self.victims = Victims(self._is_preemptible, self._created_at, self.victims_by_host)
+        self.state = ReplayState(
+            self.table,
+            self.scheduler,
+            sim.now,
+            victims_by_host=self.victims_by_host,
+            tracked=sim.tracked,
+            seed=opts.seed,
+        )
+        self.sample_times: list[float] = []
+        self.samples: list[tuple[float, ...]] = []
+        self.frag: list[list[float]] = []
+        self.schedule = [(a, tr.window_start + a.interval) for a in actions]
+        self.held: list[tuple[Probe, dict[str, int], int]] = []
+
+    def _is_preemptible(self, alloc: Allocation) -> bool:
+        i = self.position.get(alloc.instance_id)
+        return i is not None and self.preemptible_req[i] and self.alive[i]
+
+    def _created_at(self, alloc: Allocation) -> float:
+        # the core's `now` is the fleet's reference time; express age on that clock
+        i = self.position.get(alloc.instance_id)
+        age = 0.0 if i is None else self.current - float(self.sim.trace.start[i])
+        return self.sim.now - age
+
+    def _sample(self, t: float) -> None:
+        sim = self.sim
+        snap = snapshot(self.table, sim.cpu_cap, sim.mem_cap, self.opts.full_fraction)
+        self.sample_times.append(t)
+        self.samples.append(tuple(float(getattr(snap, f)) for f in SAMPLE_FIELDS))
+        self.frag.append([fragmentation_rate(self.table, f, sim.eligible[f]) for f in sim.tracked])
+
+    def _run_due(self, t: float) -> float:
+        """Run every periodic action due at or before `t`; returns the next instant one is due."""
+        sim, ws = self.sim, self.sim.trace.window_start
+        state = self.state
+        for j, (action, due) in enumerate(self.schedule):
+            while t >= due:
+                state.events = 0
+                done = action(state, due)
+                self.periodic_events += done
+                window = min(int((due - ws) // sim.trace.window) + 1, sim.n_windows - 1)
+                self.migrations[window] += done
+                due += action.interval
+            self.schedule[j] = (action, due)
+        return min(due for _, due in self.schedule)
+
+    def loop(self) -> None:
+        """Every event in time order (module docstring)."""
+        sim, opts, tr = self.sim, self.opts, self.sim.trace
+        main, scheduler = self.main, self.scheduler
+        table, state, now, clock, fast = self.table, self.state, sim.now, opts.clock, opts.fast
+        ids, seeds = tr.ids, self.seeds
+        keys, business_of, preemptible_req = self.keys, self.business_of, self.preemptible_req
+        outcome, host_row, alive, latency = self.outcome, self.host_row, self.alive, self.latency
+        arrivals, accepted, row_of = self.arrivals, self.accepted, table.index
+        ws, wlen, step = tr.window_start, tr.window, sim.sample_every
+        commit_ns = decisions = events = 0
+        templates: dict[tuple[int, int, int], RequestSpec] = {}
         hosted: dict[str, set[str]] | None = None
-        schedule = [(a, ws + a.interval) for a in actions]
-        probe_at = {p.event: p for p in self.probes}
-        held: list[tuple[Probe, dict[str, int], int]] = []
-
-        def sample(t: float) -> None:
-            snap = snapshot(table, self.cpu_cap, self.mem_cap, opts.full_fraction)
-            sample_times.append(t)
-            samples.append(tuple(float(getattr(snap, f)) for f in SAMPLE_FIELDS))
-            frag.append([fragmentation_rate(table, f, eligible[f]) for f in tracked])
-
-        ev_time: list[float] = self.ev_time.tolist()
-        ev_kind: list[int] = self.ev_kind.tolist()
-        ev_idx: list[int] = self.ev_idx.tolist()
+        next_sample = ws
+        next_due = min((due for _, due in self.schedule), default=math.inf)
+        probe_at = {p.event: p for p in sim.probes}
+        ev_time: list[float] = sim.ev_time.tolist()
+        ev_kind: list[int] = sim.ev_kind.tolist()
+        ev_idx: list[int] = sim.ev_idx.tolist()
         total = len(ev_time)
         progress, every = opts.progress, max(1, opts.progress_every)
         started = clock()
@@ -478,21 +347,13 @@ class Simulation:
             t = ev_time[k]
             if t >= next_sample:
                 while t >= next_sample:
-                    sample(next_sample)
+                    self._sample(next_sample)
                     next_sample += step
             if t >= ws and scheduler is not main:
-                scheduler = main
-                state.scheduler = main
-                limit = admit_limit
-            if schedule:
-                for j, (action, due) in enumerate(schedule):
-                    while t >= due:
-                        state.events = 0
-                        done = action(state, due)
-                        periodic_events += done
-                        migrations[min(int((due - ws) // wlen) + 1, self.n_windows - 1)] += done
-                        due += action.interval
-                    schedule[j] = (action, due)
+                scheduler = self.scheduler = state.scheduler = main
+                self.limit = self.admit_limit
+            if t >= next_due:
+                next_due = self._run_due(t)
             i = ev_idx[k]
             if ev_kind[k] == 0:  # departure
                 if alive[i]:
@@ -509,11 +370,7 @@ class Simulation:
                 key = keys[i]
                 tmpl = templates.get(key)
                 if tmpl is None:
-                    tmpl = templates[key] = RequestSpec(
-                        flavor=names[key[0]],
-                        availability_zone=zones[key[1]] if key[1] >= 0 else None,
-                        server_group=groups[key[2]] if key[2] >= 0 else None,
-                    )
+                    tmpl = templates[key] = self._template(key)
                 rid = ids[i]
                 seed = seeds[i]
                 t0 = clock()
@@ -529,66 +386,8 @@ class Simulation:
                 except NoValidHost as exc:
                     latency[decisions] = clock() - t0
                     decisions += 1
-                    code = _main_reason(exc, dynamic)
-                    if code not in messages:
-                        messages[code] = str(exc.diagnosis)
-                    plan = None
-                    admission = None
-                    if limit and could_fit[key[0]]:  # before any eviction
-                        t2 = clock()
-                        if hosted is None:
-                            hosted = state.hosted = {}
-                            for alloc in table.allocations.values():
-                                hosted.setdefault(alloc.host, set()).add(alloc.instance_id)
-                        admission = plan_admission(
-                            table,
-                            tmpl,
-                            scheduler=scheduler,
-                            now=now,
-                            max_migrations=limit,
-                            hosted=hosted,
-                        )
-                        admit_ns += clock() - t2
-                        admit_tries += 1
-                    if admission is not None:
-                        apply_moves(table, admission.moves)
-                        for move in admission.moves:
-                            state.moved(move.instance_id, move.source, move.target)
-                        done = len(admission.moves)
-                        admitted[w] += 1
-                        state.pressure += 1
-                        admit_moves[w] += done
-                        events += done
-                        if fast:
-                            host = scheduler.place_one(
-                                table, tmpl, now, instance_id=rid, seed=seed
-                            ).host
-                        else:
-                            request = tmpl.model_copy(update={"instance_ids": (rid,), "seed": seed})
-                            decision = scheduler.select_destinations(table, request, now)
-                    elif evictor is not None and not preemptible_req[i]:
-                        current[0] = t
-                        request = tmpl.model_copy(update={"instance_ids": (rid,), "seed": seed})
-                        plan = evictor(scheduler, table, request, now, victims)
-                    if admission is None and plan is None:
-                        failures[BUSINESS_LABELS[b]][code] = (
-                            failures[BUSINESS_LABELS[b]].get(code, 0) + 1
-                        )
-                        if could_fit[key[0]]:
-                            state.pressure += 1
-                        outcome[i] = REJECTED
-                        events += 1
-                    elif plan is not None:
-                        decision = plan.decision
-                    for vid in plan.evictions if plan is not None else ():
-                        v = position[vid]
-                        alloc = table.release(vid)
-                        state.forget(vid, alloc.host)
-                        alive[v] = False
-                        outcome[v] = EVICTED
-                        evicted[w, business_of[v]] += 1
-                        evictions += 1
-                        events += 1
+                    host, decision = self._refused(exc, i, t, w, tmpl)
+                    hosted = state.hosted
                 else:
                     latency[decisions] = clock() - t0
                     decisions += 1
@@ -607,82 +406,163 @@ class Simulation:
                         state.placed(rid, host, preemptible_req[i])
             probe = probe_at.get(k)
             if probe is not None:
-                held.append(
-                    (probe, self._held(np.array(alive)), int((table.n_instances > 0).sum()))
-                )
+                used = int((table.n_instances > 0).sum())
+                held = load_counts(tr, np.array(alive), sim.preexisting)
+                self.held.append((probe, held, used))
             if progress is not None and k % every == 0:
                 progress(k, total)
-        end_time = ev_time[-1] if total else ws
-        final = tr.horizon if math.isfinite(tr.horizon) else end_time
-        while next_sample <= final:
-            sample(next_sample)
-            next_sample += step
-        wall = clock() - started
-        if progress is not None:
-            progress(total, total)
-        probe_out = [self._probe(p, load, used) for p, load, used in held]
-        return PolicyRun(
-            policy=name or policy.name,
-            description=policy.description,
-            config=config,
-            outcome=outcome,
-            host=host_row,
-            windows=self.window_starts,
-            arrivals=arrivals,
-            accepted=accepted,
-            evicted=evicted,
-            failures={b: dict(sorted(v.items())) for b, v in failures.items()},
-            failure_messages=messages,
-            sample_times=np.array(sample_times, dtype=np.float64),
-            samples=np.array(samples, dtype=np.float64).reshape(-1, len(SAMPLE_FIELDS)),
-            tracked=list(tracked),
-            fragmentation=np.array(frag, dtype=np.float64).reshape(-1, len(tracked)),
-            fragmentation_final={
-                f: fragmentation_rate(table, f, eligible[f]) for f in tr.flavor_names
-            },
-            latency_ns=latency[:decisions],
-            commit_ns=commit_ns,
-            wall_ns=wall,
-            events=events,
-            decisions=decisions,
-            evictions=evictions,
-            periodic_events=periodic_events,
-            periodic_log=state.log,
-            migrations=migrations,
-            admission_migrations=admit_limit,
-            admitted=admitted,
-            admission_moves=admit_moves,
-            admission_searches=admit_tries,
-            admission_ns=admit_ns,
-            probes=probe_out,
-            preemption=evictor.name if evictor is not None else "off",
+        self._finish(ev_time[-1] if total else ws, next_sample, started)
+        self.commit_ns += commit_ns
+        self.decisions += decisions
+        self.events += events
+
+    def _template(self, key: tuple[int, int, int]) -> RequestSpec:
+        """The request of one (flavor, zone, group) column triple, built once per replay."""
+        tr = self.sim.trace
+        flavor, zone, group = key
+        return RequestSpec(
+            flavor=tr.flavor_names[flavor],
+            availability_zone=tr.zones[zone] if zone >= 0 else None,
+            server_group=self.groups[group] if group >= 0 else None,
         )
 
-    def _held(self, alive: npt.NDArray[np.bool_]) -> dict[str, int]:
-        counts = np.bincount(self.trace.flavor[alive], minlength=len(self.trace.flavor_names))
-        held = {f: int(c) for f, c in zip(self.trace.flavor_names, counts, strict=True) if c}
-        for f, c in self.preexisting.items():
-            held[f] = held.get(f, 0) + c
-        return held
+    def _finish(self, end_time: float, next_sample: float, started: int) -> None:
+        """The samples after the last event, up to the trace's horizon; the wall time."""
+        horizon = self.sim.trace.horizon
+        final = horizon if math.isfinite(horizon) else end_time
+        while next_sample <= final:
+            self._sample(next_sample)
+            next_sample += self.sim.sample_every
+        self.wall = self.opts.clock() - started
+        if self.opts.progress is not None:
+            total = self.sim.ev_time.size
+            self.opts.progress(total, total)
+
+    def _refused(
+        self, exc: NoValidHost, i: int, t: float, w: int, tmpl: RequestSpec
+    ) -> tuple[str | None, Decision | None]:
+        """A request that fits nowhere: admission by migration, else eviction, else a refusal
+        counted by its main reason. Returns where it goes (a host, or a decision to commit)."""
+        table, state, scheduler, now = self.table, self.state, self.scheduler, self.sim.now
+        rid, seed, flavor = self.sim.trace.ids[i], self.seeds[i], self.keys[i][0]
+        code = _main_reason(exc, self.dynamic)
+        if code not in self.messages:
+            self.messages[code] = str(exc.diagnosis)
+        host: str | None = None
+        decision: Decision | None = None
+        plan = None
+        admission = None
+        if self.limit and self.could_fit[flavor]:  # before any eviction
+            admission = self._admission(tmpl)
+        if admission is not None:
+            apply_moves(table, admission.moves)
+            for move in admission.moves:
+                state.moved(move.instance_id, move.source, move.target)
+            done = len(admission.moves)
+            self.admitted[w] += 1
+            state.pressure += 1
+            self.admit_moves[w] += done
+            self.events += done
+            if self.opts.fast:
+                host = scheduler.place_one(table, tmpl, now, instance_id=rid, seed=seed).host
+            else:
+                request = tmpl.model_copy(update={"instance_ids": (rid,), "seed": seed})
+                decision = scheduler.select_destinations(table, request, now)
+        elif self.opts.evictor is not None and not self.preemptible_req[i]:
+            self.current = t
+            request = tmpl.model_copy(update={"instance_ids": (rid,), "seed": seed})
+            plan = self.opts.evictor(scheduler, table, request, now, self.victims)
+        if admission is None and plan is None:
+            by_code = self.failures[BUSINESS_LABELS[self.business_of[i]]]
+            by_code[code] = by_code.get(code, 0) + 1
+            if self.could_fit[flavor]:
+                state.pressure += 1
+            self.outcome[i] = REJECTED
+            self.events += 1
+        elif plan is not None:
+            decision = plan.decision
+        for vid in plan.evictions if plan is not None else ():
+            self._evict(vid, w)
+        return host, decision
+
+    def _admission(self, tmpl: RequestSpec) -> Admission | None:
+        """`plan_admission` for a request that fits nowhere (timed; builds the host index the
+        first time: a fleet that never needs one never pays for it)."""
+        clock, state = self.opts.clock, self.state
+        t2 = clock()
+        if state.hosted is None:
+            hosted: dict[str, set[str]] = {}
+            for alloc in self.table.allocations.values():
+                hosted.setdefault(alloc.host, set()).add(alloc.instance_id)
+            state.hosted = hosted
+        admission = plan_admission(
+            self.table,
+            tmpl,
+            scheduler=self.scheduler,
+            now=self.sim.now,
+            max_migrations=self.limit,
+            hosted=state.hosted,
+        )
+        self.admit_ns += clock() - t2
+        self.admit_tries += 1
+        return admission
+
+    def _evict(self, vid: str, w: int) -> None:
+        v = self.position[vid]
+        alloc = self.table.release(vid)
+        self.state.forget(vid, alloc.host)
+        self.alive[v] = False
+        self.outcome[v] = EVICTED
+        self.evicted[w, self.business_of[v]] += 1
+        self.evictions += 1
+        self.events += 1
 
     def _probe(self, probe: Probe, held: dict[str, int], used: int) -> dict[str, Any]:
-        """Used hosts and a bound on the load this policy holds, at an offered-load peak."""
-        out: dict[str, Any] = {
-            "label": probe.label,
-            "time": float(self.ev_time[probe.event]),
-            "used_hosts": used,
-            "held_instances": int(sum(held.values())),
-            "offered_instances": int(sum(probe.offered.values())),
-            "offered_bound": probe.bound.hosts if probe.bound else None,
-        }
-        if self.options.bound:
-            b = lower_bound(
-                self.base, held, lp=self.lp_useful, time_limit=self.options.bound_time_limit
-            )
-            out["held_bound"] = b.hosts
-            out["held_bound_method"] = b.method
-            out["distance"] = used / b.hosts - 1 if b.hosts else 0.0
-        return out
+        sim = self.sim
+        time = float(sim.ev_time[probe.event])
+        return probe_record(
+            sim.base, probe, time, held, used, lp=sim.lp_useful, time_limit=sim._bound_limit
+        )
+
+    def result(self, name: str, description: str, config: SchedulerConfig) -> PolicyRun:
+        sim, tracked, table = self.sim, self.sim.tracked, self.table
+        evictor = self.opts.evictor
+        return PolicyRun(
+            policy=name,
+            description=description,
+            config=config,
+            outcome=self.outcome,
+            host=self.host_row,
+            windows=sim.window_starts,
+            arrivals=self.arrivals,
+            accepted=self.accepted,
+            evicted=self.evicted,
+            failures={b: dict(sorted(v.items())) for b, v in self.failures.items()},
+            failure_messages=self.messages,
+            sample_times=np.array(self.sample_times, dtype=np.float64),
+            samples=np.array(self.samples, dtype=np.float64).reshape(-1, len(SAMPLE_FIELDS)),
+            tracked=list(tracked),
+            fragmentation=np.array(self.frag, dtype=np.float64).reshape(-1, len(tracked)),
+            fragmentation_final={
+                f: fragmentation_rate(table, f, sim.eligible[f]) for f in sim.trace.flavor_names
+            },
+            latency_ns=self.latency[: self.decisions],
+            commit_ns=self.commit_ns,
+            wall_ns=self.wall,
+            events=self.events,
+            decisions=self.decisions,
+            evictions=self.evictions,
+            periodic_events=self.periodic_events,
+            periodic_log=self.state.log,
+            migrations=self.migrations,
+            admission_migrations=self.admit_limit,
+            admitted=self.admitted,
+            admission_moves=self.admit_moves,
+            admission_searches=self.admit_tries,
+            admission_ns=self.admit_ns,
+            probes=[self._probe(p, load, used) for p, load, used in self.held],
+            preemption=evictor.name if evictor is not None else "off",
+        )
 
 
 def _main_reason(exc: NoValidHost, dynamic: frozenset[str]) -> str:

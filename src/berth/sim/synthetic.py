@@ -155,10 +155,19 @@ def generate(cfg: SyntheticConfig | None = None) -> Trace:
         raise TraceError(f"synthetic: idcs must be between 1 and {len(IDC_NAMES)}")
     rng = np.random.default_rng(cfg.seed)
     flavors = catalogue()
-    index = {f.name: i for i, f in enumerate(flavors)}
     mix = np.array([cfg.on_demand, cfg.auto_scaling, cfg.preemptible], dtype=float)
     mix /= mix.sum()
+    times = _event_times(rng, cfg, mix)
+    events = _Events.draw(rng, cfg, mix, times)
+    rows = _Rows.expand(events, {f.name: i for i, f in enumerate(flavors)})
+    start = np.array(rows.time)
+    business = np.array(rows.business, dtype=np.int8)
+    end = start + _lifetimes(rng, business)
+    return _trace(cfg, flavors, rows, start, end, business)
 
+
+def _event_times(rng: np.random.Generator, cfg: SyntheticConfig, mix: np.ndarray) -> np.ndarray:
+    """Creation events over history and day, thinned to the diurnal rate, in time order."""
     # VMs per creation event, to turn creations/day into events/day
     mean_burst = 3.5  # auto-scaling bursts: uniform 1..6
     mean_set = 5.0  # deployment sets: uniform 2..8
@@ -172,73 +181,113 @@ def generate(cfg: SyntheticConfig | None = None) -> Trace:
     n_candidates = rng.poisson(events_per_day * span / DAY * peak)
     times = np.sort(rng.uniform(t0, t1, n_candidates))
     keep = rng.random(n_candidates) < _rate(times, cfg) / peak
-    times = times[keep]
-    n_ev = times.size
+    return times[keep]
 
-    kind = rng.choice(3, size=n_ev, p=mix)
-    weights = np.array(IDC_WEIGHTS[: cfg.idcs])
-    idc = rng.choice(cfg.idcs, size=n_ev, p=weights / weights.sum())
-    size = rng.choice(len(SIZES), size=n_ev, p=SIZE_SHARE)
-    family = rng.choice(len(FAMILIES), size=n_ev, p=FAMILY_SHARE)
-    variant = rng.random(n_ev)
-    is_set = (kind == Business.ON_DEMAND) & (rng.random(n_ev) < cfg.deployment_set_share)
-    count = np.ones(n_ev, dtype=np.int64)
-    count[kind == Business.AUTO_SCALING] = rng.integers(1, 7, int((kind == 1).sum()))
-    count[is_set] = rng.integers(2, 9, int(is_set.sum()))
 
-    rows_time: list[float] = []
-    rows_flavor: list[int] = []
-    rows_business: list[int] = []
-    rows_zone: list[int] = []
-    rows_group: list[int] = []
-    groups: list[ServerGroup] = []
-    for e in range(n_ev):
-        b = int(kind[e])
-        s = SIZES[int(size[e])]
-        fam = FAMILIES[int(family[e])]
-        if b == Business.AUTO_SCALING:
-            fam = "c" if fam in ("c", "m") else "g"
-            nodes = 1
-        elif b == Business.PREEMPTIBLE:
-            nodes = 2
-        else:
-            v = float(variant[e])
-            if v < 0.10:
-                fam, nodes = "n", 1 if v < 0.07 else 2
-            else:
-                nodes = 1 if v < 0.80 else 2
-        if nodes == 2 and s < 4:
-            s = 4
-        if nodes == 1 and s * MEM_PER_VCPU[fam] > 128:
-            nodes = 2  # a single-NUMA guest must fit one host cell (256 GiB, half for others)
-        name = f"{fam}3.{SIZE_NAMES[s]}.numa{nodes}"
-        g = -1
-        if is_set[e]:
-            g = len(groups)
-            groups.append(
-                ServerGroup(
-                    id=f"dset-{g:05d}", policy=GroupPolicy.ANTI_AFFINITY, max_server_per_host=1
+@dataclass(frozen=True)
+class _Events:
+    """Per creation event: its time and what it asks for (one column each)."""
+
+    times: np.ndarray
+    kind: np.ndarray
+    idc: np.ndarray
+    size: np.ndarray
+    family: np.ndarray
+    variant: np.ndarray
+    is_set: np.ndarray
+    count: np.ndarray
+
+    @classmethod
+    def draw(
+        cls, rng: np.random.Generator, cfg: SyntheticConfig, mix: np.ndarray, times: np.ndarray
+    ) -> _Events:
+        n_ev = times.size
+        kind = rng.choice(3, size=n_ev, p=mix)
+        weights = np.array(IDC_WEIGHTS[: cfg.idcs])
+        idc = rng.choice(cfg.idcs, size=n_ev, p=weights / weights.sum())
+        size = rng.choice(len(SIZES), size=n_ev, p=SIZE_SHARE)
+        family = rng.choice(len(FAMILIES), size=n_ev, p=FAMILY_SHARE)
+        variant = rng.random(n_ev)
+        is_set = (kind == Business.ON_DEMAND) & (rng.random(n_ev) < cfg.deployment_set_share)
+        count = np.ones(n_ev, dtype=np.int64)
+        count[kind == Business.AUTO_SCALING] = rng.integers(1, 7, int((kind == 1).sum()))
+        count[is_set] = rng.integers(2, 9, int(is_set.sum()))
+        return cls(times, kind, idc, size, family, variant, is_set, count)
+
+
+def _flavor_name(business: int, size: int, fam: str, variant: float) -> str:
+    """The flavor one event asks for: auto-scaling single-NUMA compute, preemptible two-NUMA,
+    on-demand with a share of DPDK (``n``) and two-NUMA variants."""
+    s = size
+    if business == Business.AUTO_SCALING:
+        fam = "c" if fam in ("c", "m") else "g"
+        nodes = 1
+    elif business == Business.PREEMPTIBLE:
+        nodes = 2
+    elif variant < 0.10:
+        fam, nodes = "n", 1 if variant < 0.07 else 2
+    else:
+        nodes = 1 if variant < 0.80 else 2
+    if nodes == 2 and s < 4:
+        s = 4
+    if nodes == 1 and s * MEM_PER_VCPU[fam] > 128:
+        nodes = 2  # a single-NUMA guest must fit one host cell (256 GiB, half for others)
+    return f"{fam}3.{SIZE_NAMES[s]}.numa{nodes}"
+
+
+@dataclass
+class _Rows:
+    """One row per requested VM (events expanded by their count), as Python lists."""
+
+    time: list[float]
+    flavor: list[int]
+    business: list[int]
+    zone: list[int]
+    group: list[int]
+    groups: list[ServerGroup]
+
+    @classmethod
+    def expand(cls, ev: _Events, index: dict[str, int]) -> _Rows:
+        rows = cls([], [], [], [], [], [])
+        for e in range(ev.times.size):
+            b = int(ev.kind[e])
+            fam = FAMILIES[int(ev.family[e])]
+            name = _flavor_name(b, SIZES[int(ev.size[e])], fam, float(ev.variant[e]))
+            g = -1
+            if ev.is_set[e]:
+                g = len(rows.groups)
+                rows.groups.append(
+                    ServerGroup(
+                        id=f"dset-{g:05d}", policy=GroupPolicy.ANTI_AFFINITY, max_server_per_host=1
+                    )
                 )
-            )
-        for j in range(int(count[e])):
-            rows_time.append(float(times[e]) + j * 1.0)  # members one second apart
-            rows_flavor.append(index[name])
-            rows_business.append(b)
-            rows_zone.append(int(idc[e]))
-            rows_group.append(g)
+            for j in range(int(ev.count[e])):
+                rows.time.append(float(ev.times[e]) + j * 1.0)  # members one second apart
+                rows.flavor.append(index[name])
+                rows.business.append(b)
+                rows.zone.append(int(ev.idc[e]))
+                rows.group.append(g)
+        return rows
 
-    start = np.array(rows_time)
-    business = np.array(rows_business, dtype=np.int8)
-    end = start + _lifetimes(rng, business)
+
+def _trace(
+    cfg: SyntheticConfig,
+    flavors: list[Flavor],
+    rows: _Rows,
+    start: np.ndarray,
+    end: np.ndarray,
+    business: np.ndarray,
+) -> Trace:
+    """The rows still alive at the day's start or later, in time order, as a `Trace`."""
     alive = (start >= 0) | (end > 0)  # drop history that ended before the day
     order = np.argsort(start[alive], kind="stable")
     sel = np.flatnonzero(alive)[order]
-    used_groups = sorted({rows_group[i] for i in sel if rows_group[i] >= 0})
+    used_groups = sorted({rows.group[i] for i in sel if rows.group[i] >= 0})
     remap = {g: k for k, g in enumerate(used_groups)}
     group_col = np.array(
-        [remap[rows_group[i]] if rows_group[i] >= 0 else -1 for i in sel], dtype=np.int32
+        [remap[rows.group[i]] if rows.group[i] >= 0 else -1 for i in sel], dtype=np.int32
     )
-    flavor_col = np.array([rows_flavor[i] for i in sel], dtype=np.int32)
+    flavor_col = np.array([rows.flavor[i] for i in sel], dtype=np.int32)
     used_flavors = sorted(set(flavor_col.tolist()))
     fmap = {f: k for k, f in enumerate(used_flavors)}
     return Trace(
@@ -250,10 +299,10 @@ def generate(cfg: SyntheticConfig | None = None) -> Trace:
         business=business[sel],
         flavor_names=[flavors[f].name for f in used_flavors],
         flavors={flavors[f].name: flavors[f] for f in used_flavors},
-        zone=np.array([rows_zone[i] for i in sel], dtype=np.int32),
+        zone=np.array([rows.zone[i] for i in sel], dtype=np.int32),
         zones=[IDC_NAMES[k] for k in range(cfg.idcs)],
         group=group_col,
-        groups=[groups[g] for g in used_groups],
+        groups=[rows.groups[g] for g in used_groups],
         clusters=[
             (IDC_NAMES[k], f"c{c + 1}")
             for k, n in enumerate(_clusters_per_idc(cfg))

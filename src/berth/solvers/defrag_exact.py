@@ -27,16 +27,11 @@ a large reward for leaving, so the optimum drains first, as the heuristic does.
 
 from __future__ import annotations
 
-import os
-import sys
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
-from scipy.optimize import Bounds, LinearConstraint, milp  # type: ignore[import-untyped]
 from scipy.sparse import coo_array  # type: ignore[import-untyped]
 
 from berth.core import numa
@@ -55,6 +50,7 @@ from berth.core.flavors import NumaMode
 from berth.core.model import GroupPolicy
 from berth.core.resources import CELL_BASE, CELLS, HOST_RESOURCES
 from berth.core.table import Allocation, HostTable
+from berth.solvers._highs import dual_bound, solve_milp
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -226,81 +222,143 @@ def exact_optimum(
     """The best objective of a final state within the budget (module docstring)."""
     check_target(table, target)
     model = _Model()
-    n = len(table)
     drain = drain_mask(table, target.drain)
     rules = TargetRules(scheduler, now, drain, target.keep_traits)
     value = HostValue(table, target, scheduler, now)
     limit = instance_limit(scheduler)
-    width = CELL_BASE + len(table.device_types)
-
-    fixed_cell = np.zeros((n, CELLS, width), dtype=np.int64)
-    fixed_host = np.zeros((n, HOST_RESOURCES), dtype=np.int64)
-    fixed_count = np.zeros(n, dtype=np.int64)
-    fixed_groups: dict[tuple[str, int], int] = defaultdict(int)
-    use: list[Use] = [{} for _ in range(n)]  # per host: final use by instances that may move
-    on_host: list[dict[int, float]] = [{} for _ in range(n)]  # instance count terms
-    touches: list[dict[int, float]] = [{} for _ in range(n)]
-    touch_base = np.zeros(n, dtype=np.int64)
-    group_terms: dict[tuple[str, int], dict[int, float]] = defaultdict(dict)
-    moved_terms: dict[int, float] = {}
-    drain_terms: dict[int, float] = {}
-    home_of: dict[int, str] = {}
-    options_of: dict[int, tuple[str, str]] = {}
+    terms = _Terms.for_table(table)
     reward = 1.0 + _objective_ceiling(table, target, value)
-
     for alloc in table.allocations.values():
-        home = table.index[alloc.host]
-        group = table.groups.get(alloc.server_group) if alloc.server_group else None
-        anti = group is not None and group.policy == GroupPolicy.ANTI_AFFINITY
-        if immovable(table, alloc) is not None:
-            fixed_cell[home] += alloc.cell_use
-            fixed_host[home] += alloc.host_use
-            fixed_count[home] += 1
-            if anti and group is not None:
-                fixed_groups[(group.id, home)] += 1
-            continue
-        d = table.demand(alloc.flavor)
-        stay = _home(model, alloc, use[home])
-        home_of[stay] = alloc.instance_id
-        choice = {stay: 1.0}
-        on_host[home][stay] = 1.0
-        touches[home][stay] = -1.0
-        touch_base[home] += 1
-        if anti and group is not None:
-            group_terms[(group.id, home)][stay] = 1.0
-        if drain[home]:
-            drain_terms[stay] = -reward
-        allowed = rules.static_mask(table, alloc) & (
-            numa.count(d, table.cell_cap, table.host_cap, limit=1) >= 1
+        _add_instance(model, terms, table, alloc, rules, drain, limit, reward)
+    _budget_rows(model, terms, table, budget, limit)
+    _slot_rows(model, terms, table, value, scheduler, now, drain, limit)
+    if target.objective is Objective.EMPTY_HOSTS:
+        _empty_host_vars(model, terms, drain)
+    tiny = _tie_break(model, terms, value, budget)
+    return _result(model, terms, _solve(model, time_limit), reward, tiny, budget)
+
+
+@dataclass
+class _Terms:
+    """The model's terms gathered instance by instance, before they become rows."""
+
+    fixed_cell: I64
+    """(hosts, cells, columns) load of the instances that may not move."""
+    fixed_host: I64
+    fixed_count: I64
+    use: list[Use]
+    """Per host: final use by the instances that may move."""
+    on_host: list[dict[int, float]]
+    """Per host: the options that leave an instance there (instance count terms)."""
+    touches: list[dict[int, float]]
+    touch_base: I64
+    fixed_groups: dict[tuple[str, int], int] = field(default_factory=lambda: defaultdict(int))
+    group_terms: dict[tuple[str, int], dict[int, float]] = field(
+        default_factory=lambda: defaultdict(dict)
+    )
+    moved: dict[int, float] = field(default_factory=dict)
+    drain: dict[int, float] = field(default_factory=dict)
+    option_of: dict[int, tuple[str, str]] = field(default_factory=dict)
+    """Move variable -> (instance, target host)."""
+
+    @classmethod
+    def for_table(cls, table: HostTable) -> _Terms:
+        n = len(table)
+        width = CELL_BASE + len(table.device_types)
+        return cls(
+            fixed_cell=np.zeros((n, CELLS, width), dtype=np.int64),
+            fixed_host=np.zeros((n, HOST_RESOURCES), dtype=np.int64),
+            fixed_count=np.zeros(n, dtype=np.int64),
+            use=[{} for _ in range(n)],
+            on_host=[{} for _ in range(n)],
+            touches=[{} for _ in range(n)],
+            touch_base=np.zeros(n, dtype=np.int64),
         )
-        allowed[home] = False
-        for row in np.flatnonzero(allowed):
-            h = int(row)
-            for x in _options(model, d, use[h], int(table.n_cells[h])):
-                choice[x] = 1.0
-                moved_terms[x] = 1.0
-                on_host[h][x] = 1.0
-                touches[h][x] = 1.0
-                options_of[x] = (alloc.instance_id, table.names[h])
-                if anti and group is not None:
-                    group_terms[(group.id, h)][x] = 1.0
-        model.row(choice, 1.0, 1.0)
 
-    model.row(moved_terms, -np.inf, float(budget.max_migrations))
-    for key, terms in group_terms.items():
-        gid, h = key
-        room = table.groups[gid].max_server_per_host - fixed_groups.get(key, 0)
-        model.row(terms, -np.inf, float(room))
-    for h in range(n):
-        if budget.max_per_host is not None and touches[h]:
-            model.row(touches[h], -np.inf, float(budget.max_per_host - touch_base[h]))
-        if limit is not None and on_host[h]:
-            model.row(on_host[h], -np.inf, float(limit - fixed_count[h]))
-        free_cell = table.cell_cap[h] - fixed_cell[h]
-        free_host = table.host_cap[h] - fixed_host[h]
-        _capacity_rows(model, use[h], {}, free_cell, free_host)
+    def free(self, table: HostTable, h: int) -> tuple[I64, I64]:
+        """Host h's cell and host columns left by the instances that may not move."""
+        return table.cell_cap[h] - self.fixed_cell[h], table.host_cap[h] - self.fixed_host[h]
 
-    empty_terms: dict[int, float] = {}
+
+def _add_instance(
+    model: _Model,
+    terms: _Terms,
+    table: HostTable,
+    alloc: Allocation,
+    rules: TargetRules,
+    drain: npt.NDArray[np.bool_],
+    limit: int | None,
+    reward: float,
+) -> None:
+    """One instance: fixed load when it may not move, else exactly one of its options (stay,
+    or a NUMA shape on an allowed host)."""
+    home = table.index[alloc.host]
+    group = table.groups.get(alloc.server_group) if alloc.server_group else None
+    anti = group is not None and group.policy == GroupPolicy.ANTI_AFFINITY
+    if immovable(table, alloc) is not None:
+        terms.fixed_cell[home] += alloc.cell_use
+        terms.fixed_host[home] += alloc.host_use
+        terms.fixed_count[home] += 1
+        if anti and group is not None:
+            terms.fixed_groups[(group.id, home)] += 1
+        return
+    d = table.demand(alloc.flavor)
+    stay = _home(model, alloc, terms.use[home])
+    choice = {stay: 1.0}
+    terms.on_host[home][stay] = 1.0
+    terms.touches[home][stay] = -1.0
+    terms.touch_base[home] += 1
+    if anti and group is not None:
+        terms.group_terms[(group.id, home)][stay] = 1.0
+    if drain[home]:
+        terms.drain[stay] = -reward
+    allowed = rules.static_mask(table, alloc) & (
+        numa.count(d, table.cell_cap, table.host_cap, limit=1) >= 1
+    )
+    allowed[home] = False
+    for row in np.flatnonzero(allowed):
+        h = int(row)
+        for x in _options(model, d, terms.use[h], int(table.n_cells[h])):
+            choice[x] = 1.0
+            terms.moved[x] = 1.0
+            terms.on_host[h][x] = 1.0
+            terms.touches[h][x] = 1.0
+            terms.option_of[x] = (alloc.instance_id, table.names[h])
+            if anti and group is not None:
+                terms.group_terms[(group.id, h)][x] = 1.0
+    model.row(choice, 1.0, 1.0)
+
+
+def _budget_rows(
+    model: _Model, terms: _Terms, table: HostTable, budget: Budget, limit: int | None
+) -> None:
+    """The migration budget, anti-affinity, moves per host, instances per host, capacity."""
+    model.row(terms.moved, -np.inf, float(budget.max_migrations))
+    for key, group_terms in terms.group_terms.items():
+        gid, _ = key
+        room = table.groups[gid].max_server_per_host - terms.fixed_groups.get(key, 0)
+        model.row(group_terms, -np.inf, float(room))
+    for h in range(len(table)):
+        if budget.max_per_host is not None and terms.touches[h]:
+            model.row(terms.touches[h], -np.inf, float(budget.max_per_host - terms.touch_base[h]))
+        if limit is not None and terms.on_host[h]:
+            model.row(terms.on_host[h], -np.inf, float(limit - terms.fixed_count[h]))
+        free_cell, free_host = terms.free(table, h)
+        _capacity_rows(model, terms.use[h], {}, free_cell, free_host)
+
+
+def _slot_rows(
+    model: _Model,
+    terms: _Terms,
+    table: HostTable,
+    value: HostValue,
+    scheduler: FilterScheduler,
+    now: float,
+    drain: npt.NDArray[np.bool_],
+    limit: int | None,
+) -> None:
+    """Per target flavor and eligible host, slot variables (weighted in the objective) that
+    must fit in the final free space beside the final use."""
     for f, name in enumerate(value.flavors):
         d = table.demand(name)
         weight = value.weights[f]
@@ -310,38 +368,54 @@ def exact_optimum(
             h = int(row)
             top = float(min(int(tops[h]), 1 << 20))
             slot_use, xs = _slots(model, d, weight, int(table.n_cells[h]), top)
-            free_cell = table.cell_cap[h] - fixed_cell[h]
-            free_host = table.host_cap[h] - fixed_host[h]
-            _capacity_rows(model, use[h], slot_use, free_cell, free_host)
+            free_cell, free_host = terms.free(table, h)
+            _capacity_rows(model, terms.use[h], slot_use, free_cell, free_host)
             if d.mode == NumaMode.FLEX:
-                _flex_rows(model, use[h], d, xs[0], free_cell)
-            _pci_rows(model, use[h], d, xs, free_cell)
+                _flex_rows(model, terms.use[h], d, xs[0], free_cell)
+            _pci_rows(model, terms.use[h], d, xs, free_cell)
             if limit is not None:
-                terms = dict(on_host[h])
-                terms.update(dict.fromkeys(xs, 1.0))
-                model.row(terms, -np.inf, float(limit - fixed_count[h]))
-    if target.objective is Objective.EMPTY_HOSTS:
-        for row in np.flatnonzero(~drain & (fixed_count == 0)):
-            e = model.var(1.0, cost=1.0)
-            empty_terms[e] = 1.0
-            for x in on_host[int(row)]:
-                model.row({e: 1.0, x: 1.0}, -np.inf, 1.0)
-    for x, coef in drain_terms.items():
+                count = dict(terms.on_host[h])
+                count.update(dict.fromkeys(xs, 1.0))
+                model.row(count, -np.inf, float(limit - terms.fixed_count[h]))
+
+
+def _empty_host_vars(model: _Model, terms: _Terms, drain: npt.NDArray[np.bool_]) -> None:
+    """Objective *empty hosts*: one variable per host without fixed load, at most 1 minus
+    any instance left there."""
+    for row in np.flatnonzero(~drain & (terms.fixed_count == 0)):
+        e = model.var(1.0, cost=1.0)
+        for x in terms.on_host[int(row)]:
+            model.row({e: 1.0, x: 1.0}, -np.inf, 1.0)
+
+
+def _tie_break(model: _Model, terms: _Terms, value: HostValue, budget: Budget) -> float:
+    """The drain rewards, and among optimal final states the one with the fewest moves: a
+    penalty per move too small to trade any objective (less than half the smallest weight over
+    the whole budget). Returns that penalty."""
+    for x, coef in terms.drain.items():
         model.cost[x] += coef
-    # among optimal final states, the one with the fewest moves: a penalty per move too small
-    # to trade any objective (less than half the smallest weight over the whole budget)
     unit = min(value.weights) if value.weights else 1.0
     tiny = 0.5 * unit / (budget.max_migrations + 1)
-    for x in moved_terms:
+    for x in terms.moved:
         model.cost[x] -= tiny
+    return tiny
 
-    result = _solve(model, time_limit)
-    if result is None:
+
+def _result(
+    model: _Model,
+    terms: _Terms,
+    solved: tuple[F64, bool, float, str] | None,
+    reward: float,
+    tiny: float,
+    budget: Budget,
+) -> ExactResult:
+    """The objective without the drain rewards and move penalties, and the moves."""
+    if solved is None:
         return ExactResult(0.0, None, False, 0, status="no solution")
-    sol, optimal, dual, status = result
-    drained = -sum(round(sol[x]) for x in drain_terms) + len(drain_terms)
-    moved = {options_of[x] for x in options_of if sol[x] > 0.5}
-    lifted = reward * (len(drain_terms) - drained)
+    sol, optimal, dual, status = solved
+    drained = -sum(round(sol[x]) for x in terms.drain) + len(terms.drain)
+    moved = {terms.option_of[x] for x in terms.option_of if sol[x] > 0.5}
+    lifted = reward * (len(terms.drain) - drained)
     objective = float(np.dot(model.cost, sol)) + lifted + tiny * len(moved)
     bound: float | None = objective
     if not optimal:
@@ -408,24 +482,6 @@ def _pci_rows(model: _Model, use: Use, d: Demand, xs: list[int], free_cell: I64)
         model.row(both, -np.inf, float(free_cell[0, col] + free_cell[1, col]))
 
 
-@contextmanager
-def _quiet() -> Iterator[None]:
-    """Silence HiGHS: some of its MIP code paths print to the process's stdout regardless."""
-    sys.stdout.flush()
-    try:
-        saved = os.dup(1)
-    except OSError:  # no real stdout: nothing to silence
-        yield
-        return
-    try:
-        with open(os.devnull, "wb") as null:
-            os.dup2(null.fileno(), 1)
-            yield
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
 def _solve(model: _Model, time_limit: float) -> tuple[F64, bool, float, str] | None:
     if not model.cost:
         model.var(0.0)  # HiGHS wants at least one variable
@@ -434,18 +490,19 @@ def _solve(model: _Model, time_limit: float) -> tuple[F64, bool, float, str] | N
         model.row({}, -np.inf, np.inf)
     shape = (len(model.row_lo), n_vars)
     a = coo_array((model.vals, (model.rows, model.cols)), shape=shape).tocsr()
-    with _quiet():
-        res = milp(
-            c=-np.asarray(model.cost, dtype=np.float64),
-            constraints=LinearConstraint(a, model.row_lo, model.row_hi),
-            integrality=np.ones(n_vars),
-            bounds=Bounds(model.lo, model.hi),
-            options={"time_limit": time_limit, "disp": False},
-        )
+    res = solve_milp(
+        -np.asarray(model.cost, dtype=np.float64),
+        a,
+        model.row_lo,
+        model.row_hi,
+        model.lo,
+        model.hi,
+        time_limit,
+    )
     if res.x is None:
         return None
-    dual = getattr(res, "mip_dual_bound", None)
-    bound = -float(dual) if dual is not None and np.isfinite(dual) else np.inf
+    dual = dual_bound(res)
+    bound = -dual if dual is not None else np.inf
     return np.round(res.x), res.status == 0, bound, str(res.message)
 
 
