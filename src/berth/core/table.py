@@ -15,12 +15,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from berth.core import kernels, numa_kernels, numa_rows
+from berth.core import kernels
 from berth.core.demand import Demand, build_demand
 from berth.core.errors import ClaimError, FleetError, SpecError, StaleGenerationError
 from berth.core.flavors import FlavorSpec, NumaMode, SpecMatch, parse_flavor
 from berth.core.model import CellPlacement, Fleet, Host, Instance, ServerGroup
-from berth.core.numa import fits, resource_major, take
+from berth.core.numa import dispatch, scalar
+from berth.core.numa.vector import fits, resource_major, take
 from berth.core.resources import (
     C_HUGE,
     C_MEM,
@@ -405,11 +406,11 @@ class HostTable:
         return take(self.cell_free, rows), take(self.host_free, rows)
 
     def resource_counts(self, flavor: str) -> npt.NDArray[np.int32]:
-        """`numa.count` of `flavor` on every host (cached, see `derived`; int32 to stay small)."""
+        """`vector.count` of `flavor` on every host (cached, see `derived`; int32 to stay small)."""
         d = self.demand(flavor)
 
         def compute(rows: I64 | None) -> npt.NDArray[np.int32]:
-            counts = numa_kernels.count_on(d, self.cell_free, self.host_free, rows)
+            counts = dispatch.count_on(d, self.cell_free, self.host_free, rows)
             return np.minimum(counts, INT32_MAX).astype(np.int32)
 
         return self.derived(("count", flavor), compute)
@@ -420,7 +421,7 @@ class HostTable:
 
         def compute(rows: I64 | None) -> Mask:
             cf, hf = self.cell_free, self.host_free
-            return numa_kernels.count_on(d, cf, hf, rows, cells_only=True) >= 1
+            return dispatch.count_on(d, cf, hf, rows, cells_only=True) >= 1
 
         return self.derived(("cells_fit", flavor), compute)
 
@@ -466,8 +467,8 @@ class HostTable:
         if fixed:
             assert isinstance(fixed, FixedPlan)
             return fixed.cell_use.copy(), fixed.host_use.copy()
-        d = self.demand(flavor)  # one host: plain integers (numa_rows), the same footprint
-        cells = numa_rows.place(d.rows, self.cell_free[row].tolist())
+        d = self.demand(flavor)  # one host: plain integers (`numa.scalar`), the same footprint
+        cells = scalar.place(d.rows, self.cell_free[row].tolist())
         return np.array(cells, dtype=np.int64), d.host.copy()
 
     def _fixed_for(self, flavor: str) -> FixedPlan | bool:
@@ -502,7 +503,7 @@ class HostTable:
         allocation and the same errors; the footprint is checked and applied in one compiled
         pass (`kernels.move_footprint`). A footprint that does not depend on the host has its
         arrays shared, read-only, by every allocation of the flavor (no copies); one that does
-        comes from the claim rule on this host in plain integers (`numa_rows.place`).
+        comes from the claim rule on this host in plain integers (`scalar.place`).
         """
         if not 0 <= row < len(self.names):  # the kernel reads the row unchecked
             raise ClaimError(f"no host at row {row}")
@@ -715,7 +716,7 @@ class HostTable:
             (cell,) = shape
             cell_use[cell, CELL_BASE:] = d.cells[0, CELL_BASE:]  # cell-local devices
             own = np.full(free.shape[1], cell)
-        else:  # as `numa.place`: per device type, the cell with more free devices first
+        else:  # as `vector.place`: per device type, the cell with more free devices first
             own = (free[1] > free[0]).astype(np.int64)
         # host-level devices: the guest's own cell first, then the other
         cols = np.arange(free.shape[1])

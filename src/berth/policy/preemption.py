@@ -18,7 +18,7 @@ released in this order, make this request fit, and where does it then go":
 
    Search: **exact** on hosts with at most `exact_limit` preemptible instances, and on larger
    hosts at each victim count k while C(victims, k) <= `subset_budget` (every k-subset, in
-   increasing k, vectorised: subsets become rows of one `numa.count` call, so the core's
+   increasing k, vectorised: subsets become rows of one `vector.count` call, so the core's
    NUMA-exact capacity model decides fit); past the budget a **bounded heuristic**: multi-start
    greedy (deficit coverage, cell 0 first, cell 1 first, smallest first) until it fits, then
    removals and 1-for-1 / 2-for-1 exchanges while the measure improves (at most `rounds`
@@ -48,7 +48,6 @@ from math import comb
 import numpy as np
 import numpy.typing as npt
 
-from berth.core import numa
 from berth.core.demand import Demand
 from berth.core.engine import Decision, FilterScheduler, Selection, commit
 from berth.core.explain import NoValidHost
@@ -59,6 +58,7 @@ from berth.core.filters.numa_topology import NumaTopologyFilter, page_size_ok
 from berth.core.filters.pci_passthrough import PciPassthroughFilter
 from berth.core.filters.ram import RamFilter
 from berth.core.filters.vcpu import VcpuFilter
+from berth.core.numa import vector
 from berth.core.request import RequestSpec
 from berth.core.resources import CELL_BASE, CELLS, HOST_RESOURCES
 from berth.core.table import Allocation, HostTable
@@ -395,7 +395,7 @@ class _Search:
         if any(isinstance(f, NumaTopologyFilter) for f in self.scheduler.filters):
             screen &= page_size_ok(ctx)
         # hosts where the instance could not fit even empty are out before victims are looked at
-        screen &= numa.count(d, table.cell_cap, table.host_cap, limit=1) >= 1
+        screen &= vector.count(d, table.cell_cap, table.host_cap, limit=1) >= 1
         names = [h for h in source.hosts(table) if screen[table.index[h]]]
         by_host = {h: source.on(table, h) for h in names}
         names = [h for h in names if by_host[h]]
@@ -403,8 +403,8 @@ class _Search:
             return []
         rows = np.array([table.index[h] for h in names], dtype=np.int64)
         width = table.width
-        cf = numa.take(table.cell_free, rows).reshape(rows.size, -1).astype(np.float64)
-        hf = numa.take(table.host_free, rows).astype(np.float64)
+        cf = vector.take(table.cell_free, rows).reshape(rows.size, -1).astype(np.float64)
+        hf = vector.take(table.host_free, rows).astype(np.float64)
         base = np.concatenate([cf, hf], axis=1)  # (H, X)
         flat = [a for name in names for a in by_host[name]]
         every = np.concatenate(
@@ -448,7 +448,7 @@ class _Search:
         n = states.shape[0]
         cells = np.rint(states[:, : CELLS * width]).astype(np.int64).reshape(n, CELLS, width)
         host = np.rint(states[:, CELLS * width :]).astype(np.int64)
-        return numa.count(d, cells, host, limit=1) >= 1
+        return vector.count(d, cells, host, limit=1) >= 1
 
     def _exact_at(
         self, d: Demand, hosts: list[_Host], k: int
@@ -607,8 +607,8 @@ def _idle_weights(table: HostTable, d: Demand, rows: I64) -> tuple[F64, F64]:
     measure's value for the request's own demand (subtracted: idle is measured after placing).
     """
     width = table.width
-    cell_cap = numa.take(table.cell_cap, rows).astype(np.float64).sum(axis=1)  # (H, w)
-    host_cap = numa.take(table.host_cap, rows).astype(np.float64)  # (H, HR)
+    cell_cap = vector.take(table.cell_cap, rows).astype(np.float64).sum(axis=1)  # (H, w)
+    host_cap = vector.take(table.host_cap, rows).astype(np.float64)  # (H, HR)
     need_cells = d.total.astype(np.float64).copy()
     need_cells[CELL_BASE:] += d.pci
     cell_w = np.where(
