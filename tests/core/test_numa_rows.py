@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from berth.core import table as table_module
+from berth.core import table_changes
 from berth.core.errors import ClaimError
 from berth.core.filters.base import Context
 from berth.core.flavors import NumaMode
@@ -165,7 +165,7 @@ def test_changed_since_equals_a_scan_of_touched(
 ) -> None:
     """Every version back, through log trims (a tiny LOG_KEEP) and copies."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(table_module, "LOG_KEEP", keep)
+        mp.setattr(table_changes, "LOG_KEEP", keep)
         start = table.version
         for _ in range(3):
             _fill(table, data, 10)

@@ -1,14 +1,14 @@
 """The claim rule (`rule`) on ONE host, in plain Python integers: `vector.count` and `place`.
 
 Why: a claim's footprint (`HostTable.plan_for`) and the defragmentation planner's trial moves
-need the rule on one host at a time. A numpy call costs ~1 µs whatever the size of its array,
-and `vector.count` makes ten or more of them, so for one row plain integer arithmetic is several
-times cheaper; it also beats a call into the compiled kernels, whose arguments cost more to pass
-than this arithmetic (docs/numa.md has the measurement). These functions mirror `vector` line
-for line (same clauses of `rule`, same floor division, same clamps, a division by a zero minimum
-giving 0 as numpy's integer division does); `tests/core/test_numa_rows.py` checks with Hypothesis
-that they give exactly the vectorised results on random hosts, free amounts (negative included)
-and flavors of every NUMA mode, with PCI devices and huge pages.
+(which keep hosts as Python lists) need the rule on one host at a time. A numpy call costs ~1 µs
+whatever the size of its array, and `vector.count` makes ten or more of them, so for one row
+plain integer arithmetic is several times cheaper (docs/numa.md compares it with a compiled
+one-host call). These functions mirror `vector` line for line (same clauses of `rule`, same
+floor division, same clamps, a division by a zero minimum giving 0 as numpy's integer division
+does); `tests/core/test_numa_rows.py` checks with Hypothesis that they give exactly the
+vectorised results on random hosts, free amounts (negative included) and flavors of every NUMA
+mode, with PCI devices and huge pages.
 
 The flavor's constants come from `Demand.rows` (Python integers, computed once per flavor).
 A host's state is ``(cell_free, host_free)``: ``cell_free`` a list of the cells' column lists

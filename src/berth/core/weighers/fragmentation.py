@@ -33,7 +33,8 @@ from berth.core.errors import SpecError
 from berth.core.filters.base import Context
 from berth.core.host_only_costs import HostOnlyCosts
 from berth.core.numa import compiled, dispatch, vector
-from berth.core.table import INT32_MAX, HostTable, RowFunction
+from berth.core.table import INT32_MAX, HostTable
+from berth.core.table_changes import RowFunction
 from berth.core.weighers.base import F64, I64, HostWeigher
 
 _STORE = "fragmentation host-only"
