@@ -168,7 +168,7 @@ def _host_only_costs(
             started = False
             for c in range(n_cols):
                 if need[c, f] == 0:
-                    continue  # vector.host_limit skips the column
+                    continue  # numa.vector.host_limit skips the column
                 left = float(free[host, cols[c]])
                 divisor = float(need[c, f])
                 placed = use[c]

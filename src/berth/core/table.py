@@ -258,7 +258,7 @@ class HostTable(ChangeTracking):
         return take(self.cell_free, rows), take(self.host_free, rows)
 
     def resource_counts(self, flavor: str) -> npt.NDArray[np.int32]:
-        """`vector.count` of `flavor` on every host (cached, see `derived`; int32 to stay small)."""
+        """`numa.vector.count` of `flavor` on every host (cached, see `derived`; int32: small)."""
         d = self.demand(flavor)
 
         def compute(rows: I64 | None) -> npt.NDArray[np.int32]:

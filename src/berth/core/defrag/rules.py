@@ -116,7 +116,7 @@ def footprint_error(table: HostTable, flavor: str, cell_use: I64, host_use: I64)
 IMPLIED_BY_COUNT: frozenset[type[HostFilter]] = frozenset(
     {RamFilter, VcpuFilter, DiskFilter, PciPassthroughFilter, NumaTopologyFilter}
 )
-"""Resource filters that pass whenever the NUMA-exact count (`vector.count` >= 1, which
+"""Resource filters that pass whenever the NUMA-exact count (`numa.vector.count` >= 1, which
 `TargetRules.mask` applies anyway, with the page size in the static part) says one more fits;
 skipped there (exact classes only, not subclasses that may add rules)."""
 
