@@ -45,11 +45,11 @@ from typing import Any
 
 import numpy as np
 
-from berth.core import numa
 from berth.core.config import profile
 from berth.core.defrag import Budget, Objective, Plan, Target, check_plan, plan_defrag
 from berth.core.engine import FilterScheduler
 from berth.core.model import DiskInventory, Flavor, Fleet, Host, NumaCell
+from berth.core.numa import vector
 from berth.core.table import HostTable
 from berth.solvers.defrag_exact import exact_optimum, heuristic_gap, plan_value
 from provenance import machine, source_state
@@ -100,7 +100,7 @@ def numa_fleet(n_hosts: int, seed: int, delete: float = 0.35) -> HostTable:
         while fails < 3:
             pick = int(rng.choice(len(SMALL), p=SMALL_SHARE))
             cells, free = table.cell_free[row : row + 1], table.host_free[row : row + 1]
-            if numa.fits(demands[pick], cells, free)[0]:
+            if vector.fits(demands[pick], cells, free)[0]:
                 table.claim(f"vm{k}", name, SMALL[pick])
                 k += 1
             else:

@@ -856,7 +856,7 @@ def floor_notes() -> list[str]:
         "context, the plugins' method calls, the allocation record and the touch log; the "
         "replay loop adds ~3 µs per event. Berth's decision is ~25 µs: three weigher terms "
         "instead of one, and its fragmentation weigher, which keeps -cost of every flavor placed "
-        "so far (85 on this trace) on every host (`berth.core.weighers.frag_host`, floating "
+        "so far (85 on this trace) on every host (`berth.core.host_only_costs`, floating "
         "flavors): after each change one kernel pass over the table's versions recomputes the "
         "changed hosts for every flavor in integers (~3.5 µs; the numpy version and its memo of "
         "free states took 10-17 µs when the memo missed, one decision in two), and a decision "

@@ -17,7 +17,6 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from berth.core import numa
 from berth.core.config import SchedulerConfig, profile
 from berth.core.defrag import Budget, Objective, Target, plan_defrag
 from berth.core.defrag import planner as planner_module
@@ -35,6 +34,7 @@ from berth.core.defrag.waves import Step
 from berth.core.engine import FilterScheduler
 from berth.core.errors import ClaimError
 from berth.core.model import DiskInventory, Flavor, Fleet, Host, NumaCell
+from berth.core.numa import vector
 from berth.core.resources import CELL_BASE
 from berth.core.table import Allocation, HostTable
 from tests.builders import NOW
@@ -108,7 +108,7 @@ class _Reference(_Planner):
         def compute(rows: I64 | None) -> F64:
             rr = np.arange(len(work)) if rows is None else rows
             cell_free, host_free = work.free_rows(rows)
-            cell_use, host_use = numa.place(d, cell_free, host_free)
+            cell_use, host_use = vector.place(d, cell_free, host_free)
             n_inst = work.n_instances[rr].astype(np.int64)
             before = value.of(rr, cell_free, host_free, n_inst)
             after = value.of(rr, cell_free - cell_use, host_free - host_use, n_inst + 1)

@@ -11,11 +11,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from berth.core import numa
 from berth.core.config import profile
 from berth.core.engine import FilterScheduler, commit
 from berth.core.errors import ClaimError
 from berth.core.explain import NoValidHost
+from berth.core.numa import vector
 from berth.core.request import RequestSpec
 from berth.core.table import HostTable
 from tests.builders import NOW
@@ -25,13 +25,13 @@ BERTH = FilterScheduler.from_config(profile("berth"))
 
 
 def _fresh_counts(table: HostTable, flavor: str) -> np.ndarray:
-    return numa.count(table.demand(flavor), table.cell_free, table.host_free)
+    return vector.count(table.demand(flavor), table.cell_free, table.host_free)
 
 
 def _assert_caches_exact(table: HostTable) -> None:
     for flavor in table.flavors:
         assert np.array_equal(table.resource_counts(flavor), _fresh_counts(table, flavor))
-        fresh_fit = numa.cell_count(table.demand(flavor), table.cell_free, limit=1) >= 1
+        fresh_fit = vector.cell_count(table.demand(flavor), table.cell_free, limit=1) >= 1
         assert np.array_equal(table.cells_fit(flavor), fresh_fit)
 
 

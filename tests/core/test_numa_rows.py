@@ -1,8 +1,8 @@
 """The one-host paths equal the vectorised ones exactly.
 
-`numa_rows` (plain integers, one host) must give `numa.count` and `numa.place` bit for bit, and
-the weigher and count caches that use it for a few changed rows must hold the same values as the
-vectorised computation; `HostTable.changed_since` (the touch log) must select what a scan of
+`numa.scalar` (plain integers, one host) must give `vector.count` and `vector.place` bit for bit,
+and the weigher and count caches that use it for a few changed rows must hold the same values as
+the vectorised computation; `HostTable.changed_since` (the touch log) must select what a scan of
 `touched` selects. Random hosts, flavors of every NUMA mode, PCI devices, huge pages, random
 free amounts (negative ones too: the weigher counts on states after a placement).
 """
@@ -14,11 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from berth.core import numa, numa_kernels, numa_rows
-from berth.core import table as table_module
+from berth.core import table_changes
 from berth.core.errors import ClaimError
 from berth.core.filters.base import Context
 from berth.core.flavors import NumaMode
+from berth.core.numa import compiled, dispatch, scalar, vector
 from berth.core.request import RequestSpec
 from berth.core.table import HostTable
 from berth.core.weighers.fragmentation import FragmentationParams, FragmentationWeigher
@@ -63,12 +63,12 @@ def test_one_host_count_and_place_equal_the_vectorised(
     _fill(table, data, 8)
     cf, hf = _random_free(table, seed) if random_free else (table.cell_free, table.host_free)
     for name, d in table.demands.items():
-        counts = numa.count(d, cf, hf)
-        cell_use, host_use = numa.place(d, cf, hf)
+        counts = vector.count(d, cf, hf)
+        cell_use, host_use = vector.place(d, cf, hf)
         for r in range(len(table)):
             cells, hosts = cf[r].tolist(), hf[r].tolist()
-            assert numa_rows.count(d.rows, cells, hosts) == counts[r], (name, r)
-            assert numa_rows.place(d.rows, cells) == cell_use[r].tolist(), (name, r)
+            assert scalar.count(d.rows, cells, hosts) == counts[r], (name, r)
+            assert scalar.place(d.rows, cells) == cell_use[r].tolist(), (name, r)
             assert d.rows.host_use == host_use[r].tolist(), (name, r)
 
 
@@ -77,12 +77,12 @@ def _vectorised_cost(table: HostTable, flavor: str, references: list[str]) -> np
     float32 after int32 counts before): the reference for the compiled path."""
     d = table.demand(flavor)
     cf, hf = table.cell_free, table.host_free
-    cell_use, host_use = numa.place(d, cf, hf)
+    cell_use, host_use = vector.place(d, cf, hf)
     cost = np.zeros(len(table), dtype=np.float32)
     for name in references:
         r = table.demand(name)
-        before = np.minimum(numa.count(r, cf, hf), 2**31 - 1).astype(np.int32)
-        cost += r.spec.vcpus * (before - numa.count(r, cf - cell_use, hf - host_use))
+        before = np.minimum(vector.count(r, cf, hf), 2**31 - 1).astype(np.int32)
+        cost += r.spec.vcpus * (before - vector.count(r, cf - cell_use, hf - host_use))
     return np.negative(cost, dtype=np.float64)
 
 
@@ -105,7 +105,7 @@ def test_fragmentation_cost_equals_the_vectorised(
     more than `KERNEL_ROWS`), is the numpy formula's float, bit for bit, for flavors and
     references of every NUMA mode."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(numa_kernels, "KERNEL_ROWS", kernel_rows)
+        mp.setattr(dispatch, "KERNEL_ROWS", kernel_rows)
         _cost_follows_the_table(table, data)
 
 
@@ -141,16 +141,16 @@ def test_kept_counts_and_cell_fits_equal_the_vectorised(
     or with numpy beyond `KERNEL_ROWS`), equal a fresh vectorised computation."""
     flavors = sorted(table.flavors)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(numa_kernels, "KERNEL_ROWS", kernel_rows)
+        mp.setattr(dispatch, "KERNEL_ROWS", kernel_rows)
         for flavor in flavors:  # warm: later refreshes touch a few rows
             table.resource_counts(flavor)
             table.cells_fit(flavor)
         _fill(table, data, 6)
         for flavor in flavors:
             d = table.demand(flavor)
-            fresh = np.minimum(numa.count(d, table.cell_free, table.host_free), 2**31 - 1)
+            fresh = np.minimum(vector.count(d, table.cell_free, table.host_free), 2**31 - 1)
             assert np.array_equal(table.resource_counts(flavor), fresh), flavor
-            fit = numa.cell_count(d, table.cell_free, limit=1) >= 1
+            fit = vector.cell_count(d, table.cell_free, limit=1) >= 1
             assert np.array_equal(table.cells_fit(flavor), fit), flavor
 
 
@@ -165,7 +165,7 @@ def test_changed_since_equals_a_scan_of_touched(
 ) -> None:
     """Every version back, through log trims (a tiny LOG_KEEP) and copies."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(table_module, "LOG_KEEP", keep)
+        mp.setattr(table_changes, "LOG_KEEP", keep)
         start = table.version
         for _ in range(3):
             _fill(table, data, 10)
@@ -192,23 +192,23 @@ def test_changed_since_equals_a_scan_of_touched(
 def test_compiled_counts_equal_the_vectorised(
     table: HostTable, data: st.DataObject, seed: int, random_free: bool
 ) -> None:
-    """`numa_kernels.counts`, the compiled mirror of `numa_rows.count` / `cell_count`, on every
+    """`compiled.counts`, the compiled mirror of `scalar.count` / `cell_count`, on every
     mode, negative free amounts included, any subset of rows in any order."""
     _fill(table, data, 8)
     cf, hf = _random_free(table, seed) if random_free else (table.cell_free, table.host_free)
-    cf, hf = numa.resource_major(cf), numa.resource_major(hf)  # the table's layout
+    cf, hf = vector.resource_major(cf), vector.resource_major(hf)  # the table's layout
     rows = np.array(
         data.draw(st.lists(st.integers(0, len(table) - 1), min_size=1, max_size=8)),
         dtype=np.int64,
     )
     for name, d in table.demands.items():
         out = np.full(rows.size + 2, -7, dtype=np.int64)
-        numa_kernels.counts(cf, hf, rows, d.packed, False, out)
-        assert out[: rows.size].tolist() == numa.count(d, cf, hf)[rows].tolist(), name
+        compiled.counts(cf, hf, rows, d.packed, False, out)
+        assert out[: rows.size].tolist() == vector.count(d, cf, hf)[rows].tolist(), name
         assert out[rows.size :].tolist() == [-7, -7]
-        numa_kernels.counts(cf, hf, rows, d.packed, True, out)
-        cells = [numa_rows.cell_count(d.rows, cf[r].tolist()) for r in rows.tolist()]
+        compiled.counts(cf, hf, rows, d.packed, True, out)
+        cells = [scalar.cell_count(d.rows, cf[r].tolist()) for r in rows.tolist()]
         assert out[: rows.size].tolist() == cells, name
         if d.mode != NumaMode.NONE:
-            fit = numa.cell_count(d, cf, limit=1)[rows] >= 1
+            fit = vector.cell_count(d, cf, limit=1)[rows] >= 1
             assert (out[: rows.size] >= 1).tolist() == fit.tolist(), name

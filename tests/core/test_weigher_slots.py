@@ -151,7 +151,7 @@ def test_slot_loss_follows_claims(table, data):
 
 
 def lost_slots_where(table: HostTable, flavor_name: str, ref: str, fits: np.ndarray) -> list[int]:
-    """Resource capacity (`numa.count`) of `ref` lost by a claim, where `flavor_name` fits."""
+    """Resource capacity (`numa.vector.count`) of `ref` lost by a claim where `flavor_name` fits."""
     out = []
     for row, name in enumerate(table.names):
         if not fits[row]:

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from berth.core import numa
 from berth.core.engine import Decision, FilterScheduler, commit
 from berth.core.explain import NoValidHost
+from berth.core.numa import vector
 from berth.core.request import RequestSpec
 from berth.core.resources import CELL_BASE
 from berth.core.table import Allocation, HostTable
@@ -93,7 +93,7 @@ def _fill(t: HostTable, rng: np.random.Generator, n: int, names: list[str]) -> N
         hostname = t.names[int(rng.integers(len(t)))]
         d = t.demand(name)
         row = t.index[hostname]
-        if numa.count(d, t.cell_free[row : row + 1], t.host_free[row : row + 1])[0] < 1:
+        if vector.count(d, t.cell_free[row : row + 1], t.host_free[row : row + 1])[0] < 1:
             continue
         t.claim(f"vm{i:03d}", hostname, name)
         i += 1

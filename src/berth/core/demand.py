@@ -30,7 +30,7 @@ Cols = tuple[tuple[int, int], ...]
 
 @dataclass(frozen=True)
 class RowDemand:
-    """A `Demand`'s constants as Python integers, for `berth.core.numa_rows` (one host at a
+    """A `Demand`'s constants as Python integers, for `berth.core.numa.scalar` (one host at a
     time): the columns each vector asks for, precomputed once per flavor."""
 
     mode: NumaMode
@@ -46,7 +46,7 @@ class RowDemand:
 
 @dataclass(frozen=True)
 class PackedDemand:
-    """`RowDemand` as int64 arrays, for the compiled count and placement (`numa_kernels`):
+    """`RowDemand` as int64 arrays, for the compiled count and placement (`numa.compiled`):
     ``mode`` the `NumaMode` value, (column, amount) pairs for ``host``, ``pci`` and ``units``,
     the (column, a, b) / (column, total, minimum) triples of ``fixed`` / ``flex`` (shapes
     (k, 2) and (k, 3), k possibly 0), the guest ``cells`` rows (full width) and ``host_use``."""

@@ -343,7 +343,7 @@ class FilterScheduler:
     def capacity(self, table: HostTable, flavor: str, now: float) -> I64:
         """How many more instances of `flavor` each host takes, as this scheduler would place them.
 
-        Resources are counted NUMA-exactly (`numa.count`); hosts that a request-independent
+        Resources are counted NUMA-exactly (`numa.vector.count`); hosts that a request-independent
         filter rejects count 0; the instances-per-host limit caps the count.
         """
         demand = table.demand(flavor)

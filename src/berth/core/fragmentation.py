@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from berth.core import numa
 from berth.core.filters.base import Context
 from berth.core.filters.traits import TraitsFilter
+from berth.core.numa import vector
 from berth.core.request import RequestSpec
 from berth.core.resources import C_PCPU, H_VCPU
 from berth.core.table import HostTable
@@ -23,7 +23,7 @@ Mask = npt.NDArray[np.bool_]
 def eligible_hosts(table: HostTable, flavor: str, now: float = 0.0) -> Mask:
     """Hosts that could hold `flavor` if they were empty: resources (NUMA-exact) and traits."""
     d = table.demand(flavor)
-    ok = numa.count(d, table.cell_cap, table.host_cap, limit=1) >= 1
+    ok = vector.count(d, table.cell_cap, table.host_cap, limit=1) >= 1
     spec = d.spec
     if spec.required_traits or spec.forbidden_traits:
         ctx = Context(table, RequestSpec(flavor=flavor), d, now)

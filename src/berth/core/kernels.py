@@ -12,15 +12,15 @@ and the engine's and table's own tests compare the lean path with the general on
   (`HostWeigher.column`), and the hosts that tie for the best score (`FilterScheduler._pick`).
 * `select_rows`: the candidates of the engine's lean path, from the filters that compare one
   free host column with a minimum (`HostFilter.host_minimum`) and the others' masks.
-* NUMA-exact counts and placements on some hosts live in `numa_kernels`.
+* NUMA-exact counts and placements on some hosts live in `numa.compiled`.
 * `move_footprint`: a claim's or a release's columns and counters on one host
   (`HostTable.claim_planned`, `HostTable.release`).
 * `host_only_costs`: the fragmentation weigher's cost of every placed host-only flavor on some
-  hosts (`weighers.frag_host`), in integers.
+  hosts (`host_only_costs.HostOnlyCosts`), in integers.
 
-numba is imported on the first call, not at import time, so commands that never decide never
-pay for it. The first call of a kernel also binds its public name in this module to the
-compiled function, so later calls (``kernels.name(...)``) skip the Python wrapper.
+Each is compiled on its first call (`jit.compile_kernel`), which also binds its public name in
+this module to the compiled function, so later calls (``kernels.name(...)``) skip the Python
+wrapper; `jit.prepare` compiles them all ahead.
 """
 
 from __future__ import annotations
@@ -31,52 +31,17 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from berth.core import jit
+
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 
 TIE = 1e-9
 """Scores within this of the best tie (the engine's tolerance)."""
 
-_compiled: dict[tuple[str, str], Callable[..., Any]] = {}
-
-
-def compile_kernel(
-    source: Callable[..., Any],
-    namespace: dict[str, Any],
-    *,
-    bind: str | None = None,
-    helpers: tuple[str, ...] = (),
-) -> Callable[..., Any]:
-    """`source` compiled with numba (once per process; the machine code is cached on disk).
-
-    `namespace`: the globals of `source`'s module. `helpers`: names of functions there that
-    compiled code calls; each is replaced by its compiled form first (numba resolves them by
-    name). `bind`: the public name of a wrapper that passes its arguments through as they are;
-    it is replaced by the compiled function, so later calls skip the wrapper.
-    """
-    key = (namespace["__name__"], source.__name__)
-    found = _compiled.get(key)
-    if found is None:
-        for name in helpers:
-            if not hasattr(namespace[name], "py_func"):  # not yet compiled
-                namespace[name] = _njit(namespace[name])
-        found = _compiled[key] = _njit(source)
-        if bind is not None:
-            namespace[bind] = found
-    return found
-
-
-def _njit(source: Callable[..., Any]) -> Callable[..., Any]:
-    from numba import njit  # imported here: 0.3 s that only deciding needs
-
-    try:
-        return njit(cache=True, nogil=True)(source)
-    except RuntimeError:  # no writable cache location (numba's message): memory only
-        return njit(nogil=True)(source)
-
 
 def _kernel(source: Callable[..., Any], bind: str | None = None) -> Callable[..., Any]:
-    return compile_kernel(source, globals(), bind=bind)
+    return jit.compile_kernel(source, globals(), bind=bind)
 
 
 def _add_scaled(values: F64 | I64, rows: I64, weight: float, scores: F64, started: bool) -> int:
@@ -203,7 +168,7 @@ def _host_only_costs(
             started = False
             for c in range(n_cols):
                 if need[c, f] == 0:
-                    continue  # numa.host_limit skips the column
+                    continue  # numa.vector.host_limit skips the column
                 left = float(free[host, cols[c]])
                 divisor = float(need[c, f])
                 placed = use[c]
@@ -229,9 +194,9 @@ def _host_only_costs(
 def host_only_costs(
     free: I64, touched: I64, since: int, cols: I64, need: I64, use: F64, vcpus: I64, out: F64
 ) -> None:
-    """``-cost_g(h)`` of `weighers.frag_host` on the hosts h touched after version `since`
-    (``touched[h] > since``: one scan of the table's versions, cheaper than listing them), into
-    ``out[g - 1, h]``.
+    """``-cost_g(h)`` of `host_only_costs.HostOnlyCosts` on the hosts h touched after version
+    `since` (``touched[h] > since``: one scan of the table's versions, cheaper than listing
+    them), into ``out[g - 1, h]``.
 
     `free` (hosts, columns): free host columns; `cols` (C,) the columns the references need;
     `need` (C, F) what each reference needs of them (0: not counted); `use` (C, 1 + G) what each
@@ -304,10 +269,10 @@ def move_footprint(
     return bool(kernel(*args, version, sign))
 
 
-def prepare() -> None:
-    """Compile every kernel (or load it from the disk cache) for the argument types decisions
-    pass, so that no decision pays for it: the simulator calls this before it times a replay,
-    the service before it serves. Safe to call again (then it costs nothing)."""
+@jit.warm_up
+def compile_all() -> None:
+    """Compile every kernel of this module for the argument types decisions pass (run by
+    `jit.prepare`)."""
     rows = np.zeros(1, dtype=np.int64)
     scores = np.zeros(1)
     for column in (np.zeros(1), rows):  # float64 and int64 columns, both contiguous
@@ -325,8 +290,5 @@ def prepare() -> None:
         cell_use.flags.writeable = host_use.flags.writeable = writable
         move_footprint(cells, free, 0, cell_use, host_use, *counters, 1, -1)
         move_footprint(cells, free, 0, cell_use, host_use, *counters, 2, 1)
-    from berth.core import numa_kernels  # which imports this module
-
-    numa_kernels.prepare(cells, free)
     one, touched, need = np.ones(1, np.int64), np.ones(2, np.int64), np.ones((1, 1), np.int64)
     host_only_costs(free, touched, 0, one, need, np.zeros((1, 2)), one, np.empty((1, 2)))

@@ -1,99 +1,38 @@
 """`HostTable`: the whole fleet as columns, with exact claims and per-host generations.
 
-One numpy array per attribute; a host is a row. Names map to rows in O(1). Strings (zones,
-traits, aggregate metadata, capabilities) are interned into small vocabularies so that filters
-compare integers or bitmasks. Every claim and release changes the used columns of exactly one row
-and bumps that row's generation; a claim that would over-commit any column is refused whole.
+One numpy array per attribute; a host is a row. Names map to rows in O(1). Strings are interned
+(`vocabulary`), hosts become columns by `host_columns`, changes are logged for derived caches by
+`table_changes`, and snapshot cells are read by `snapshot_cells`. Every claim and release changes
+the used columns of exactly one row and bumps that row's generation; a claim that would
+over-commit any column is refused whole.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from berth.core import kernels, numa_kernels, numa_rows
+from berth.core import kernels
 from berth.core.demand import Demand, build_demand
 from berth.core.errors import ClaimError, FleetError, SpecError, StaleGenerationError
-from berth.core.flavors import FlavorSpec, NumaMode, SpecMatch, parse_flavor
-from berth.core.model import CellPlacement, Fleet, Host, Instance, ServerGroup
-from berth.core.numa import fits, resource_major, take
-from berth.core.resources import (
-    C_HUGE,
-    C_MEM,
-    C_PCPU,
-    C_VCPU,
-    CELL_BASE,
-    CELLS,
-    H_HDD,
-    H_MEM,
-    H_SSD,
-    H_VCPU,
-    HOST_NAMES,
-    HOST_RESOURCES,
-    cell_resource_name,
-)
+from berth.core.flavors import FlavorSpec, NumaMode, parse_flavor
+from berth.core.host_columns import capacities, merged_metadata, trait_bits
+from berth.core.model import Fleet, Host, Instance, ServerGroup
+from berth.core.numa import dispatch, scalar
+from berth.core.numa.vector import fits, resource_major, take
+from berth.core.resources import CELL_BASE, CELLS, HOST_NAMES, HOST_RESOURCES, cell_resource_name
+from berth.core.snapshot_cells import stated_cells, stated_use
+from berth.core.table_changes import ChangeTracking
+from berth.core.vocabulary import KeyedValues, Vocabulary, extend_keyed
 
 I64 = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
-RowFunction = Callable[[I64 | None], npt.NDArray[Any]]
 INT32_MAX = np.iinfo(np.int32).max
 INT32_MAX_INT = int(INT32_MAX)
-LOG_READ = 32
-"""`changed_since` reads the touch log up to this many versions back, else scans all hosts."""
-LOG_KEEP = 1024
-"""Touch-log entries kept (then trimmed to half): bounded memory for a long-lived table."""
-
-DERIVED_CACHE = 512
-"""Keys kept by `HostTable.derived` (LRU): about three per flavor in use (count, cell fit,
-fragmentation cost), 4-9 bytes per host each. Large catalogues need the room: at 128 a
-74-flavor catalogue thrashed."""
-
-
-class Vocabulary:
-    """Strings interned to dense integer codes."""
-
-    def __init__(self, words: Iterable[str] = ()) -> None:
-        self.words: list[str] = []
-        self.codes: dict[str, int] = {}
-        for word in words:
-            self.code(word)
-
-    def code(self, word: str) -> int:
-        found = self.codes.get(word)
-        if found is None:
-            found = self.codes[word] = len(self.words)
-            self.words.append(word)
-        return found
-
-    def get(self, word: str) -> int:
-        """The word's code, or -1 when no host has it."""
-        return self.codes.get(word, -1)
-
-    def __len__(self) -> int:
-        return len(self.words)
-
-
-@dataclass
-class KeyedValues:
-    """A string attribute per host for one key (aggregate metadata or a capability).
-
-    ``codes[row]`` indexes ``values.words``; -1 where the host lacks the key. A requirement is
-    evaluated once per distinct value, then gathered to hosts: cost O(values + hosts).
-    """
-
-    codes: npt.NDArray[np.int32]
-    values: Vocabulary = field(default_factory=Vocabulary)
-
-    def copy(self) -> KeyedValues:
-        return KeyedValues(self.codes.copy(), Vocabulary(self.values.words))
-
-    def mask(self, spec: SpecMatch) -> Mask:
-        ok = np.array([spec.matches(v) for v in self.values.words] + [False], dtype=bool)
-        return ok[self.codes]  # code -1 picks the trailing False
 
 
 @dataclass(frozen=True, eq=False)
@@ -127,10 +66,11 @@ class Allocation:
     migratable: bool = True
 
 
-class HostTable:
+class HostTable(ChangeTracking):
     """Columnar fleet state. Build with `HostTable.from_fleet`."""
 
     def __init__(self, device_types: list[str]) -> None:
+        super().__init__()  # version, touched, the touch log and the derived caches
         self.device_types = list(device_types)
         self.width = CELL_BASE + len(self.device_types)
         self.names: list[str] = []
@@ -166,21 +106,10 @@ class HostTable:
         self.group_rows: dict[str, dict[int, int]] = {}
         self.allocations: dict[str, Allocation] = {}
         self.flavor_epoch = 0
-        self._everyone = np.ones(0, dtype=bool)
         """Bumped whenever a flavor is added or redefined (for caches over the catalogue)."""
-        self.version = 0
-        """Bumped by every change; never goes back, unlike generations after an undo."""
-        self.touched = np.zeros(0, dtype=np.int64)
-        """Per host, the `version` of its last change (what derived caches compare against)."""
-        self._log: list[int] = []
-        """The row each version since `_log_base` changed (a bounded tail; see `changed_since`)."""
-        self._log_base = 0
-        self._derived: dict[Hashable, tuple[int, npt.NDArray[Any]]] = {}
+        self._everyone = np.ones(0, dtype=bool)
         self._fixed_plans: dict[str, FixedPlan | bool] = {}
         """Per flavor, the footprint that does not depend on the host (`plan_for`)."""
-        self._state: dict[Hashable, Any] = {}
-        """Caches that readers update in place (e.g. a weigher's per-host values for many
-        flavors at once); dropped by `copy`, `add_flavor` and `add_hosts`, never shared."""
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -236,28 +165,7 @@ class HostTable:
         n0, n = len(self.names), len(hosts)
         if n == 0:
             return
-        cell_cap = np.zeros((n, CELLS, self.width), dtype=np.int64)
-        host_cap = np.zeros((n, HOST_RESOURCES), dtype=np.int64)
-        for r, host in enumerate(hosts):
-            for c, cell in enumerate(host.numa_cells):
-                cell_cap[r, c, C_VCPU] = int(cell.shared_cpus * host.cpu_allocation_ratio)
-                cell_cap[r, c, C_PCPU] = cell.dedicated_cpus
-                cell_cap[r, c, C_MEM] = int(cell.memory_mb * host.ram_allocation_ratio)
-                cell_cap[r, c, C_HUGE] = cell.hugepages_mb
-                for device, cnt in cell.pci.items():
-                    cell_cap[r, c, CELL_BASE + self.device_types.index(device)] = cnt
-            shared = sum(c.shared_cpus for c in host.numa_cells)
-            memory = sum(c.memory_mb for c in host.numa_cells)
-            host_cap[r, H_VCPU] = int(shared * host.cpu_allocation_ratio)
-            host_cap[r, H_MEM] = max(
-                0, int(memory * host.ram_allocation_ratio) - host.reserved_memory_mb
-            )
-            ratio = host.disk_allocation_ratio
-            hdd, ssd = host.disk.hdd_gb, host.disk.ssd_gb
-            # reserved disk comes out of HDD first, then SSD
-            res_hdd = min(host.reserved_disk_gb, hdd)
-            host_cap[r, H_HDD] = max(0, int(hdd * ratio) - res_hdd)
-            host_cap[r, H_SSD] = max(0, int(ssd * ratio) - (host.reserved_disk_gb - res_hdd))
+        cell_cap, host_cap = capacities(hosts, self.device_types, self.width)
 
         def cat(old: Any, new: Any, dtype: Any) -> Any:
             return np.concatenate([old, np.asarray(new, dtype=dtype)])
@@ -289,29 +197,10 @@ class HostTable:
         rack = [self.racks.code(h.rack or f"host:{h.name}") for h in hosts]
         self.rack = cat(self.rack, rack, np.int32)
 
-        for host in hosts:
-            for trait in host.traits:
-                self.traits.code(trait)
-        words = max(1, -(-len(self.traits) // 64))
-        bits = np.zeros((n0 + n, words), dtype=np.uint64)
-        bits[:n0, : self.trait_bits.shape[1]] = self.trait_bits
-        for r, host in enumerate(hosts, start=n0):
-            for trait in host.traits:
-                code = self.traits.codes[trait]
-                bits[r, code // 64] |= np.uint64(1 << (code % 64))
-        self.trait_bits = bits
-
-        host_meta: list[dict[str, str]] = []
-        for i, host in enumerate(hosts):
-            merged: dict[str, set[str]] = {}
-            for agg in host.aggregates:
-                if agg not in aggregate_meta:
-                    raise FleetError(f"hosts[{i}].aggregates: unknown aggregate {agg!r}")
-                for key, value in aggregate_meta[agg].items():
-                    merged.setdefault(key, set()).update(v.strip() for v in value.split(","))
-            host_meta.append({k: ",".join(sorted(v)) for k, v in merged.items()})
-        _extend_keyed(self.aggregate_meta, host_meta, n0)
-        _extend_keyed(self.capabilities, [dict(h.capabilities) for h in hosts], n0)
+        self.trait_bits = trait_bits(self.trait_bits, self.traits, hosts)
+        host_meta = merged_metadata(hosts, aggregate_meta)
+        extend_keyed(self.aggregate_meta, host_meta, n0)
+        extend_keyed(self.capabilities, [dict(h.capabilities) for h in hosts], n0)
         self.aggregates_of.extend(tuple(h.aggregates) for h in hosts)
 
         for r, host in enumerate(hosts, start=n0):
@@ -362,42 +251,6 @@ class HostTable:
     def instances_on(self, host: str) -> Iterator[Allocation]:
         return (a for a in self.allocations.values() if a.host == host)
 
-    def derived(self, key: Hashable, compute: RowFunction) -> npt.NDArray[Any]:
-        """A per-host value derived from the free columns, cached and kept exact incrementally.
-
-        `compute(rows)` returns the value for those rows (None = every host, in row order; read
-        them with `free_rows`); it must depend only on those rows' free columns and on static
-        table data such as flavors. The first call computes every host; later calls recompute
-        only hosts changed since (by `touched`). At most `DERIVED_CACHE` keys are kept (LRU).
-        The returned array is shared: read it, never write to it.
-        """
-        cached = self._derived.pop(key, None)
-        if cached is None:
-            values = compute(None)
-        else:
-            seen, values = cached
-            if seen != self.version:
-                rows = self.changed_since(seen)
-                if rows.size:
-                    values = values.copy()
-                    values[rows] = compute(rows)
-        self._derived[key] = (self.version, values)
-        while len(self._derived) > DERIVED_CACHE:
-            self._derived.pop(next(iter(self._derived)))
-        return values
-
-    def state(self, key: Hashable, make: Callable[[], Any]) -> Any:
-        """The cache stored under `key`, made by `make()` on first use.
-
-        Unlike `derived`, its owner updates it in place (reading `changed_since` itself), so it
-        is never shared: `copy` drops it, as do `add_flavor` and `add_hosts`.
-        """
-        try:
-            return self._state[key]
-        except KeyError:
-            found = self._state[key] = make()
-            return found
-
     def free_rows(self, rows: I64 | None) -> tuple[I64, I64]:
         """(cell_free, host_free) of some rows (None = all), in the resource-major layout."""
         if rows is None:
@@ -405,11 +258,11 @@ class HostTable:
         return take(self.cell_free, rows), take(self.host_free, rows)
 
     def resource_counts(self, flavor: str) -> npt.NDArray[np.int32]:
-        """`numa.count` of `flavor` on every host (cached, see `derived`; int32 to stay small)."""
+        """`numa.vector.count` of `flavor` on every host (cached, see `derived`; int32: small)."""
         d = self.demand(flavor)
 
         def compute(rows: I64 | None) -> npt.NDArray[np.int32]:
-            counts = numa_kernels.count_on(d, self.cell_free, self.host_free, rows)
+            counts = dispatch.count_on(d, self.cell_free, self.host_free, rows)
             return np.minimum(counts, INT32_MAX).astype(np.int32)
 
         return self.derived(("count", flavor), compute)
@@ -420,44 +273,9 @@ class HostTable:
 
         def compute(rows: I64 | None) -> Mask:
             cf, hf = self.cell_free, self.host_free
-            return numa_kernels.count_on(d, cf, hf, rows, cells_only=True) >= 1
+            return dispatch.count_on(d, cf, hf, rows, cells_only=True) >= 1
 
         return self.derived(("cells_fit", flavor), compute)
-
-    def changed_since(self, seen: int) -> I64:
-        """Rows changed after version `seen`, ascending (what ``touched > seen`` selects).
-
-        A few versions back, read from the log of touched rows (no pass over every host);
-        further back, or before the log's start, scan `touched`.
-        """
-        behind = self.version - seen
-        if behind <= LOG_READ and seen >= self._log_base:
-            recent = self._log[seen - self._log_base :]
-            if behind == 1:
-                return np.array(recent, dtype=np.int64)
-            return np.array(sorted(set(recent)), dtype=np.int64)
-        return np.flatnonzero(self.touched > seen)
-
-    def recent_changes(self, seen: int) -> list[int] | None:
-        """The rows changed after version `seen` as the touch log has them (in order, a row
-        once per change), or None when the log does not reach back that far: a cheaper
-        `changed_since` for callers that tolerate repeats."""
-        if self.version - seen <= LOG_READ and seen >= self._log_base:
-            return self._log[seen - self._log_base :]
-        return None
-
-    def _touch(self, row: int) -> None:
-        self.version += 1
-        self.touched[row] = self.version
-        self._log_row(row)
-
-    def _log_row(self, row: int) -> None:
-        """Append `row` to the touch log (its version is `version`), trimmed when long."""
-        self._log.append(row)
-        if len(self._log) > LOG_KEEP:
-            drop = len(self._log) - LOG_KEEP // 2
-            del self._log[:drop]
-            self._log_base += drop
 
     # ------------------------------------------------------------------ claims
     def plan_for(self, flavor: str, row: int) -> tuple[I64, I64]:
@@ -466,8 +284,8 @@ class HostTable:
         if fixed:
             assert isinstance(fixed, FixedPlan)
             return fixed.cell_use.copy(), fixed.host_use.copy()
-        d = self.demand(flavor)  # one host: plain integers (numa_rows), the same footprint
-        cells = numa_rows.place(d.rows, self.cell_free[row].tolist())
+        d = self.demand(flavor)  # one host: plain integers (`numa.scalar`), the same footprint
+        cells = scalar.place(d.rows, self.cell_free[row].tolist())
         return np.array(cells, dtype=np.int64), d.host.copy()
 
     def _fixed_for(self, flavor: str) -> FixedPlan | bool:
@@ -502,7 +320,7 @@ class HostTable:
         allocation and the same errors; the footprint is checked and applied in one compiled
         pass (`kernels.move_footprint`). A footprint that does not depend on the host has its
         arrays shared, read-only, by every allocation of the flavor (no copies); one that does
-        comes from the claim rule on this host in plain integers (`numa_rows.place`).
+        comes from the claim rule on this host in plain integers (`scalar.place`).
         """
         if not 0 <= row < len(self.names):  # the kernel reads the row unchecked
             raise ClaimError(f"no host at row {row}")
@@ -689,7 +507,8 @@ class HostTable:
             raise SpecError(f"unknown flavor {inst.flavor!r}")
         cell_use = host_use = None
         if inst.numa is not None:
-            cell_use, host_use = self._stated_use(inst, row)
+            d = self.demands[inst.flavor]
+            cell_use, host_use = stated_use(d, inst.numa, self.cell_free[row], self.width)
         return self.claim(
             inst.id,
             inst.host,
@@ -701,29 +520,6 @@ class HostTable:
             migratable=inst.migratable,
         )
 
-    def _stated_use(self, inst: Instance, row: int) -> tuple[I64, I64]:
-        """The footprint of a snapshot instance at its stated cells, checked against its flavor."""
-        d = self.demands[inst.flavor]
-        assert inst.numa is not None
-        shape = _stated_shape(d, [(p.cell, p.vcpus, p.memory_mb) for p in inst.numa])
-        cell_use = np.zeros((CELLS, self.width), dtype=np.int64)
-        for cell, (vcpus, memory) in shape.items():
-            cell_use[cell, d.cpu_column] = vcpus
-            cell_use[cell, d.mem_column] = memory
-        free = self.cell_free[row, :, CELL_BASE:]
-        if d.mode == NumaMode.SINGLE:
-            (cell,) = shape
-            cell_use[cell, CELL_BASE:] = d.cells[0, CELL_BASE:]  # cell-local devices
-            own = np.full(free.shape[1], cell)
-        else:  # as `numa.place`: per device type, the cell with more free devices first
-            own = (free[1] > free[0]).astype(np.int64)
-        # host-level devices: the guest's own cell first, then the other
-        cols = np.arange(free.shape[1])
-        take_own = np.minimum(d.pci, np.maximum(free[own, cols], 0))
-        cell_use[own, CELL_BASE + cols] += take_own
-        cell_use[1 - own, CELL_BASE + cols] += d.pci - take_own
-        return cell_use, d.host.copy()
-
     def snapshot_instances(self) -> list[Instance]:
         """Every allocation as a snapshot `Instance`, with its exact cells when it has a topology.
 
@@ -731,13 +527,7 @@ class HostTable:
         """
         out = []
         for alloc in self.allocations.values():
-            d = self.demands[alloc.flavor]
-            numa = None
-            if d.spec.numa:
-                numa = [
-                    CellPlacement(cell=c, vcpus=v, memory_mb=m)
-                    for c, v, m in d.cells_used(alloc.cell_use)
-                ]
+            numa = stated_cells(self.demands[alloc.flavor], alloc.cell_use)
             out.append(
                 Instance(
                     id=alloc.instance_id,
@@ -808,48 +598,3 @@ class HostTable:
         total += sum(k.codes.nbytes for k in self.aggregate_meta.values())
         total += sum(k.codes.nbytes for k in self.capabilities.values())
         return int(total)
-
-
-def _extend_keyed(store: dict[str, KeyedValues], rows: list[dict[str, str]], n0: int) -> None:
-    n = len(rows)
-    for values in store.values():
-        values.codes = np.concatenate([values.codes, np.full(n, -1, dtype=np.int32)])
-    for r, mapping in enumerate(rows, start=n0):
-        for key, value in mapping.items():
-            kv = store.get(key)
-            if kv is None:
-                kv = store[key] = KeyedValues(np.full(n0 + n, -1, dtype=np.int32))
-            kv.codes[r] = kv.values.code(value)
-
-
-def _stated_shape(d: Demand, parts: list[tuple[int, int, int]]) -> dict[int, tuple[int, int]]:
-    """Check stated (cell, vcpus, memory) parts against the flavor's guest shape; cell -> use."""
-    spec = d.spec
-    if not spec.numa:
-        raise SpecError("numa placement given for a flavor without a NUMA topology")
-    shape: dict[int, tuple[int, int]] = {}
-    for cell, vcpus, memory in parts:
-        if cell in shape:
-            raise SpecError(f"numa placement names cell {cell} twice")
-        shape[cell] = (vcpus, memory)
-    if (
-        sum(v for v, _ in shape.values()) != spec.vcpus
-        or sum(m for _, m in shape.values()) != spec.memory_mb
-    ):
-        raise SpecError("numa placement must add up to the flavor's vcpus and memory")
-    cells = len(spec.cells) if spec.numa_mode != NumaMode.FLEX else 2
-    if len(shape) != cells:
-        raise SpecError(f"numa placement must use {cells} cell(s), as the flavor's topology does")
-    if spec.numa_mode in (NumaMode.EVEN, NumaMode.FIXED):
-        stated = sorted(shape.values())
-        wanted = sorted((c.vcpus, c.memory_mb) for c in spec.cells)
-        if stated != wanted:
-            raise SpecError(f"numa placement must split the guest as {wanted}, not {stated}")
-    if spec.numa_mode == NumaMode.FLEX:
-        least = spec.cells[0]
-        if any(v < least.vcpus or m < least.memory_mb for v, m in shape.values()):
-            raise SpecError(
-                f"numa placement must give each cell at least {least.vcpus} vCPUs "
-                f"and {least.memory_mb} MB"
-            )
-    return shape

@@ -1,6 +1,6 @@
 """Per-host creatable counts per cluster and pool, and the capacity report (B6, B8).
 
-The numbers are the core's: `HostTable.resource_counts` (NUMA-exact `numa.count`, cached per
+The numbers are the core's: `HostTable.resource_counts` (NUMA-exact `vector.count`, cached per
 flavor and recomputed only for hosts changed since) capped by the instances-per-host limit, on
 the hosts the scheduler's request-independent filters accept, restricted to the flavor's pool.
 `FilterScheduler.capacity` computes the same; this module only caches the parts that do not
@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from berth.core import numa
 from berth.core.engine import FilterScheduler
 from berth.core.filters.base import Context
+from berth.core.numa import vector
 from berth.core.request import RequestSpec
 from berth.core.table import HostTable
 from berth.policy.catalogue import Candidate, Catalogue
@@ -34,7 +34,7 @@ Mask = npt.NDArray[np.bool_]
 
 @dataclass
 class _Counts:
-    """One cluster's `numa.count` per concrete flavor, each row tagged with the table version
+    """One cluster's `vector.count` per concrete flavor, each row tagged with the table version
     it was computed at; only hosts changed since (the table's `touched`) are recomputed."""
 
     hosts: int
@@ -45,7 +45,7 @@ class _Counts:
 class CapacityCounter:
     """Creatable counts of (flavor, pool) per host of a cluster, cached where exact.
 
-    Resource counts are the core's `numa.count` on the table's free columns, kept per cluster
+    Resource counts are the core's `vector.count` on the table's free columns, kept per cluster
     for every concrete flavor of the catalogue and refreshed incrementally by the table's
     `touched` versions (the mechanism of `HostTable.derived`, without its 128-key LRU, which
     the catalogue's flavors times the fragmentation weigher's keys would thrash). A full report
@@ -86,7 +86,7 @@ class CapacityCounter:
         return state
 
     def resource_counts(self, table: HostTable, flavor: str) -> I64:
-        """`numa.count` of the flavor on every host of the table (what `resource_counts` is)."""
+        """`vector.count` of the flavor on every host of the table (what `resource_counts` is)."""
         state = self._state(table)
         f = self.index[flavor]
         seen = int(state.seen[f])
@@ -94,16 +94,16 @@ class CapacityCounter:
             rows = None if seen < 0 else table.changed_since(seen)
             d = table.demand(flavor)
             if rows is None:
-                state.counts[f] = numa.count(d, table.cell_free, table.host_free)
+                state.counts[f] = vector.count(d, table.cell_free, table.host_free)
             elif rows.size:
-                state.counts[f, rows] = numa.count(
-                    d, numa.take(table.cell_free, rows), numa.take(table.host_free, rows)
+                state.counts[f, rows] = vector.count(
+                    d, vector.take(table.cell_free, rows), vector.take(table.host_free, rows)
                 )
             state.seen[f] = table.version
         return state.counts[f]
 
     def refresh_all(self, tables: Sequence[HostTable], flavors: Sequence[str]) -> None:
-        """Bring every (table, flavor) up to date, one `numa.count` call per flavor over the
+        """Bring every (table, flavor) up to date, one `vector.count` call per flavor over the
         changed hosts of all tables together (tables grouped by their PCI device types)."""
         # per (flavor, device types): pieces (state, rows, their cell_free, their host_free)
         pending: dict[tuple[int, tuple[str, ...]], list[tuple[_Counts, Any, I64, I64]]] = {}
@@ -127,8 +127,8 @@ class CapacityCounter:
                     piece = (
                         state,
                         rows,
-                        numa.take(table.cell_free, rows),
-                        numa.take(table.host_free, rows),
+                        vector.take(table.cell_free, rows),
+                        vector.take(table.host_free, rows),
                     )
                 for f in group:
                     pending.setdefault((int(f), kinds), []).append(piece)
@@ -142,7 +142,7 @@ class CapacityCounter:
             else:
                 cf = np.concatenate([p[2] for p in pieces])
                 hf = np.concatenate([p[3] for p in pieces])
-            counts = numa.count(d, cf, hf)
+            counts = vector.count(d, cf, hf)
             start = 0
             for state, rows, part, _ in pieces:
                 size = part.shape[0]

@@ -16,11 +16,11 @@ from math import comb
 import numpy as np
 import numpy.typing as npt
 
-from berth.core import numa
 from berth.core.demand import Demand
 from berth.core.engine import Decision, FilterScheduler
 from berth.core.explain import NoValidHost
 from berth.core.filters.base import Context
+from berth.core.numa import vector
 from berth.core.request import RequestSpec
 from berth.core.resources import CELL_BASE, CELLS, HOST_RESOURCES
 from berth.core.table import Allocation, HostTable
@@ -201,7 +201,7 @@ class EvictionSearch:
             elif (part := flt.static_part(ctx)) is not None:
                 screen &= part  # what no eviction changes (the NUMA filter's page size)
         # hosts where the instance could not fit even empty are out before victims are looked at
-        screen &= numa.count(d, table.cell_cap, table.host_cap, limit=1) >= 1
+        screen &= vector.count(d, table.cell_cap, table.host_cap, limit=1) >= 1
         names = [h for h in source.hosts(table) if screen[table.index[h]]]
         by_host = {h: source.on(table, h) for h in names}
         names = [h for h in names if by_host[h]]
@@ -209,8 +209,8 @@ class EvictionSearch:
             return []
         rows = np.array([table.index[h] for h in names], dtype=np.int64)
         width = table.width
-        cf = numa.take(table.cell_free, rows).reshape(rows.size, -1).astype(np.float64)
-        hf = numa.take(table.host_free, rows).astype(np.float64)
+        cf = vector.take(table.cell_free, rows).reshape(rows.size, -1).astype(np.float64)
+        hf = vector.take(table.host_free, rows).astype(np.float64)
         base = np.concatenate([cf, hf], axis=1)  # (H, X)
         flat = [a for name in names for a in by_host[name]]
         every = np.concatenate(
@@ -254,7 +254,7 @@ class EvictionSearch:
         n = states.shape[0]
         cells = np.rint(states[:, : CELLS * width]).astype(np.int64).reshape(n, CELLS, width)
         host = np.rint(states[:, CELLS * width :]).astype(np.int64)
-        return numa.count(d, cells, host, limit=1) >= 1
+        return vector.count(d, cells, host, limit=1) >= 1
 
     def _exact_at(
         self, d: Demand, hosts: list[_Host], k: int
@@ -413,8 +413,8 @@ def _idle_weights(table: HostTable, d: Demand, rows: I64) -> tuple[F64, F64]:
     measure's value for the request's own demand (subtracted: idle is measured after placing).
     """
     width = table.width
-    cell_cap = numa.take(table.cell_cap, rows).astype(np.float64).sum(axis=1)  # (H, w)
-    host_cap = numa.take(table.host_cap, rows).astype(np.float64)  # (H, HR)
+    cell_cap = vector.take(table.cell_cap, rows).astype(np.float64).sum(axis=1)  # (H, w)
+    host_cap = vector.take(table.host_cap, rows).astype(np.float64)  # (H, HR)
     need_cells = d.total.astype(np.float64).copy()
     need_cells[CELL_BASE:] += d.pci
     cell_w = np.where(

@@ -18,7 +18,7 @@ released in this order, make this request fit, and where does it then go":
 
    Search: **exact** on hosts with at most `exact_limit` preemptible instances, and on larger
    hosts at each victim count k while C(victims, k) <= `subset_budget` (every k-subset, in
-   increasing k, vectorised: subsets become rows of one `numa.count` call, so the core's
+   increasing k, vectorised: subsets become rows of one `vector.count` call, so the core's
    NUMA-exact capacity model decides fit); past the budget a **bounded heuristic**: multi-start
    greedy (deficit coverage, cell 0 first, cell 1 first, smallest first) until it fits, then
    removals and 1-for-1 / 2-for-1 exchanges while the measure improves (at most `rounds`

@@ -26,7 +26,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from berth.core import kernels
+from berth.core import jit
 from berth.core.errors import BerthError, FleetError, SpecError
 from berth.core.flavors import parse_flavor
 from berth.core.model import Flavor, Host
@@ -289,7 +289,7 @@ def create_app(
     background: bool = True,
     simulate_heartbeats: bool = False,
 ) -> FastAPI:
-    kernels.prepare()  # the first placement does not wait for the engine's compiled kernels
+    jit.prepare()  # the first placement does not wait for the engine's compiled kernels
     store = store or Store.open(config.db_url, replica=config.replica_id)
     replica = Replica(store, config, clock)
     attach_policy(replica)

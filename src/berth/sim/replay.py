@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from berth.core import kernels
+from berth.core import jit
 from berth.core.config import SchedulerConfig
 from berth.core.defrag import apply_moves
 from berth.core.defrag.admit import Admission, plan_admission
@@ -129,7 +129,7 @@ class Simulation:
     def __init__(self, trace: Trace, fleet: Fleet, options: ReplayOptions | None = None) -> None:
         self.trace = trace
         self.options = options or ReplayOptions()
-        kernels.prepare()  # compiled once, here: a replay's timings never include it
+        jit.prepare()  # compiled once, here: a replay's timings never include it
         self.fleet = merge_trace(fleet, trace)
         self.base = HostTable.from_fleet(self.fleet)
         self.now = float(fleet.now) if fleet.now is not None else 0.0

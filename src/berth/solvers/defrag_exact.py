@@ -14,7 +14,7 @@ Model (docs/defrag.md has it in full):
 * instances that may not move (not migratable, affinity members) are fixed load;
 * per host and cell column the final use fits the capacity; so do the host columns;
 * for each target flavor, integer *slot* variables per host (per cell or per orientation,
-  as `numa.count` counts them) must fit in the final free space: one copy of the capacity
+  as `vector.count` counts them) must fit in the final free space: one copy of the capacity
   constraints per flavor, since each flavor's count uses all the free room on its own;
 * moved instances <= max_migrations; per host, moves out + moves in <= max_per_host;
   anti-affinity members per host <= max_server_per_host; the instances-per-host limit caps
@@ -34,7 +34,6 @@ import numpy as np
 import numpy.typing as npt
 from scipy.sparse import coo_array  # type: ignore[import-untyped]
 
-from berth.core import numa
 from berth.core.defrag.model import Budget, Objective, Plan, Target
 from berth.core.defrag.objective import (
     HostValue,
@@ -48,6 +47,7 @@ from berth.core.demand import Demand
 from berth.core.engine import FilterScheduler
 from berth.core.flavors import NumaMode
 from berth.core.model import GroupPolicy
+from berth.core.numa import vector
 from berth.core.resources import CELL_BASE, CELLS, HOST_RESOURCES
 from berth.core.table import Allocation, HostTable
 from berth.solvers._highs import dual_bound, solve_milp
@@ -184,7 +184,7 @@ def _home(model: _Model, alloc: Allocation, use: Use) -> int:
 def _slots(
     model: _Model, d: Demand, weight: float, n_cells: int, top: float
 ) -> tuple[Use, list[int]]:
-    """Slot variables counting how many more `d` fit, as `numa.count` counts them."""
+    """Slot variables counting how many more `d` fit, as `vector.count` counts them."""
     use: Use = {}
     xs: list[int] = []
     mode = d.mode
@@ -313,7 +313,7 @@ def _add_instance(
     if drain[home]:
         terms.drain[stay] = -reward
     allowed = rules.static_mask(table, alloc) & (
-        numa.count(d, table.cell_cap, table.host_cap, limit=1) >= 1
+        vector.count(d, table.cell_cap, table.host_cap, limit=1) >= 1
     )
     allowed[home] = False
     for row in np.flatnonzero(allowed):
@@ -363,7 +363,7 @@ def _slot_rows(
         d = table.demand(name)
         weight = value.weights[f]
         eligible = capacity_eligible(scheduler, table, name, now) & ~drain
-        tops = numa.count(d, table.cell_cap, table.host_cap)
+        tops = vector.count(d, table.cell_cap, table.host_cap)
         for row in np.flatnonzero(eligible & (tops >= 1)):
             h = int(row)
             top = float(min(int(tops[h]), 1 << 20))
@@ -454,7 +454,7 @@ def _capacity_rows(model: _Model, use: Use, extra: Use, free_cell: I64, free_hos
 
 
 def _flex_rows(model: _Model, use: Use, d: Demand, x: int, free_cell: I64) -> None:
-    """`numa.count` for a flexible split: n x total <= free0 + free1, n x least <= each cell."""
+    """`vector.count` for a flexible split: n x total <= free0 + free1, n x least <= each cell."""
     for column in np.flatnonzero(d.total[:CELL_BASE]):
         col = int(column)
         total, least = float(d.total[col]), float(d.cells[0, col])

@@ -12,14 +12,14 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from berth.core import numa, numa_rows
 from berth.core.defrag.model import Figures, Objective, Target
 from berth.core.demand import Demand
 from berth.core.engine import FilterScheduler
 from berth.core.errors import SpecError
 from berth.core.flavors import NumaMode
 from berth.core.fragmentation import eligible_hosts, fragmentation_rate
-from berth.core.numa_rows import BIG
+from berth.core.numa import scalar, vector
+from berth.core.numa.rule import BIG
 from berth.core.resources import CELL_BASE
 from berth.core.table import HostTable
 
@@ -97,16 +97,16 @@ class HostValue:
             return ((n_instances == 0) & ~self.drain[rows]).astype(np.float64)
         out = np.zeros(rows.size, dtype=np.float64)
         for d, weight, eligible in zip(self.demands, self.weights, self.eligible, strict=True):
-            counts = numa.count(d, cell_free, host_free)
+            counts = vector.count(d, cell_free, host_free)
             if self.limit is not None:
                 counts = np.minimum(counts, self.limit - n_instances)
             out += weight * np.where(eligible[rows], np.maximum(counts, 0), 0)
         return out
 
     def one(
-        self, row: int, cell_free: numa_rows.Cells, host_free: list[int], n_instances: int
+        self, row: int, cell_free: scalar.Cells, host_free: list[int], n_instances: int
     ) -> float:
-        """`of` for one host, in plain Python numbers (cells as `numa_rows` takes them).
+        """`of` for one host, in plain Python numbers (cells as `numa.scalar` takes them).
 
         Why: the planner values many hypothetical states of a single host (`removal_order`),
         where numpy's per-call overhead dominates. Same operations in the same order on IEEE
@@ -119,7 +119,7 @@ class HostValue:
         for weight, eligible, host_cols, pci_cols, rd in self._terms:
             if not eligible[row]:
                 continue  # an ineligible host adds 0.0
-            c = BIG  # numa_rows.count, inlined: host columns, host-level PCI, then the cells
+            c = BIG  # scalar.count, inlined: host columns, host-level PCI, then the cells
             for col, v in host_cols:
                 q = host_free[col] // v
                 if q < c:
@@ -129,7 +129,7 @@ class HostValue:
                 if q < c:
                     c = q
             if rd is not None:
-                q = numa_rows.cell_count(rd, cell_free)
+                q = scalar.cell_count(rd, cell_free)
                 if q < c:
                     c = q
             if limit is not None and limit - n_instances < c:
@@ -138,7 +138,7 @@ class HostValue:
                 out += weight * c
         return out
 
-    def progress_one(self, cell_free: numa_rows.Cells, host_free: list[int]) -> float:
+    def progress_one(self, cell_free: scalar.Cells, host_free: list[int]) -> float:
         """`progress` for one host, in plain Python numbers (equal bit for bit: numpy's
         int64 / float64 is this IEEE division, min and max pick the same double)."""
         out = 0.0

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from berth.core import numa, numa_rows
 from berth.core.defrag.execute import apply_moves, check_plan
 from berth.core.defrag.journal import Journal
 from berth.core.defrag.model import Budget, Objective, Plan, Target
@@ -28,6 +27,7 @@ from berth.core.defrag.objective import (
 from berth.core.defrag.rules import PlanError, TargetRules, immovable
 from berth.core.defrag.waves import Step, pack_waves
 from berth.core.engine import FilterScheduler
+from berth.core.numa import scalar, vector
 from berth.core.resources import CELL_BASE
 from berth.core.table import Allocation, HostTable
 
@@ -44,7 +44,7 @@ PREFIX = 4
 """`estimates` also values removing a host's (or a cell's) 1..PREFIX largest instances."""
 SMALL_ROWS = 16
 """Up to this many changed hosts, the cached per-host arrays are recomputed in plain Python
-(`HostValue.one`, `numa_rows`): numpy's per-call overhead dominates on a few rows."""
+(`HostValue.one`, `numa.scalar`): numpy's per-call overhead dominates on a few rows."""
 
 
 def _size(table: HostTable, alloc: Allocation) -> tuple[int, int]:
@@ -117,16 +117,16 @@ class _Planner:
                     lost = memo.get(key)
                     if lost is None:
                         cf, hf = cells.tolist(), hosts.tolist()
-                        cu = numa_rows.place(rd, cf)
-                        after_cf = [numa_rows.minus(f, u) for f, u in zip(cf, cu, strict=True)]
-                        after_hf = numa_rows.minus(hf, rd.host_use)
+                        cu = scalar.place(rd, cf)
+                        after_cf = [scalar.minus(f, u) for f, u in zip(cf, cu, strict=True)]
+                        after_hf = scalar.minus(hf, rd.host_use)
                         lost = value.one(r, cf, hf, k) - value.one(r, after_cf, after_hf, k + 1)
                         memo[key] = lost
                     out.append(lost)
                 return np.array(out, dtype=np.float64)
             rr = np.arange(len(work)) if rows is None else rows
             cell_free, host_free = work.free_rows(rows)
-            cell_use, host_use = numa.place(d, cell_free, host_free)
+            cell_use, host_use = vector.place(d, cell_free, host_free)
             n_inst = work.n_instances[rr].astype(np.int64)
             before = value.of(rr, cell_free, host_free, n_inst)
             after = value.of(rr, cell_free - cell_use, host_free - host_use, n_inst + 1)
@@ -182,7 +182,7 @@ class _Planner:
         work = self.work
         name = work.names[row]
         rd = work.demand(alloc.flavor).rows  # the claim rule on one host (= `plan_for`)
-        cell_use = np.array(numa_rows.place(rd, work.cell_free[row].tolist()), dtype=np.int64)
+        cell_use = np.array(scalar.place(rd, work.cell_free[row].tolist()), dtype=np.int64)
         host_use = np.array(rd.host_use, dtype=np.int64)
         self.journal.migrate(alloc, name, cell_use, host_use)
         self.steps.append(Step(alloc, name, cell_use, host_use))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from berth.core.filters.base import Context, Workload
 from berth.core.filters.keyed import KeyedSpecFilter
 from berth.core.flavors import SpecMatch
-from berth.core.table import KeyedValues
+from berth.core.vocabulary import KeyedValues
 
 
 class AggregateInstanceExtraSpecsFilter(KeyedSpecFilter):

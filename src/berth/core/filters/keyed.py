@@ -8,7 +8,7 @@ import numpy as np
 
 from berth.core.filters.base import Context, HostFilter, Mask, Rejection
 from berth.core.flavors import SpecMatch
-from berth.core.table import KeyedValues
+from berth.core.vocabulary import KeyedValues
 
 
 def keyed_mask(store: dict[str, KeyedValues], spec: SpecMatch, n: int) -> Mask:

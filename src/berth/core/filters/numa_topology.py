@@ -11,10 +11,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from berth.core import numa
 from berth.core.demand import Demand
 from berth.core.filters.base import Context, HostFilter, Mask, Rejection, Workload
 from berth.core.flavors import NumaMode
+from berth.core.numa import vector
 from berth.core.resources import CELL_BASE, cell_resource_name
 
 
@@ -73,7 +73,7 @@ class NumaTopologyFilter(HostFilter):
             left &= ~bad
         for col in np.flatnonzero(d.total):
             alone = _only(d, [int(col)])
-            fits = numa.cell_count(alone, ctx.cell_free, limit=1) >= 1
+            fits = vector.cell_count(alone, ctx.cell_free, limit=1) >= 1
             bad = left & ~fits
             name = cell_resource_name(int(col), ctx.table.device_types)
             need = int(d.cells[:, col].max()) if d.mode != NumaMode.FLEX else int(d.total[col])

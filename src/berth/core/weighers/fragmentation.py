@@ -1,7 +1,7 @@
 """Berth's fragmentation-aware weigher: keep room for the large flavors.
 
 Measure (docs/scheduling.md): for each reference flavor f (the large flavors operators care
-about), let cap_f(h) be how many instances of f fit on host h now (NUMA-exact, `numa.count`) and
+about), let cap_f(h) be how many instances of f fit on host h now (NUMA-exact, `vector.count`) and
 cap'_f(h) the same after this instance is placed on h by the claim rule. The cost of h is the
 large-flavor capacity the placement destroys, in vCPUs:
 
@@ -14,10 +14,10 @@ profile).
 
 The cost is cached per host (`HostTable.derived`) and recomputed only on the hosts changed since
 the last decision for this flavor (tens of hosts when many flavors share the fleet), in one
-compiled pass with `numa_rows`' integer arithmetic (`numa_kernels.lost_capacity`); a refresh
-of more hosts than `numa_kernels.KERNEL_ROWS` (a cold cache) goes through `numa`'s vectorised
+compiled pass with `numa.scalar`'s integer arithmetic (`compiled.lost_capacity`); a refresh
+of more hosts than `dispatch.KERNEL_ROWS` (a cold cache) goes through `numa`'s vectorised
 functions. Floating flavors with floating references keep every flavor's cost current instead
-(`frag_host`).
+(`host_only_costs`).
 """
 
 from __future__ import annotations
@@ -28,16 +28,17 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
-from berth.core import numa, numa_kernels
 from berth.core.demand import Demand, PackedReferences
 from berth.core.errors import SpecError
 from berth.core.filters.base import Context, Workload
-from berth.core.table import INT32_MAX, HostTable, RowFunction
+from berth.core.host_only_costs import HostOnlyCosts
+from berth.core.numa import compiled, dispatch, vector
+from berth.core.table import INT32_MAX, HostTable
+from berth.core.table_changes import RowFunction
 from berth.core.weighers.base import F64, I64, HostWeigher
-from berth.core.weighers.frag_host import HostOnlyCosts
 
 _STORE = "fragmentation host-only"
-"""`HostTable.state` key of the kept costs (`frag_host.HostOnlyCosts`), with the references."""
+"""`HostTable.state` key of the kept costs (`host_only_costs.HostOnlyCosts`), with references."""
 
 
 def reference_counts(table: HostTable, references: tuple[str, ...]) -> npt.NDArray[np.int32]:
@@ -53,7 +54,7 @@ def reference_counts(table: HostTable, references: tuple[str, ...]) -> npt.NDArr
 def _caps(table: HostTable, refs: list[Demand]) -> RowFunction:
     def caps(rows: I64 | None) -> npt.NDArray[np.int32]:
         cf, hf = table.cell_free, table.host_free
-        counts = np.stack([numa_kernels.count_on(d, cf, hf, rows) for d in refs], axis=1)
+        counts = np.stack([dispatch.count_on(d, cf, hf, rows) for d in refs], axis=1)
         return np.minimum(counts, INT32_MAX).astype(np.int32)
 
     return caps
@@ -100,7 +101,7 @@ class FragmentationWeigher(HostWeigher):
         return self._largest
 
     def _kept(self, ctx: Context) -> F64 | None:
-        """-cost on every host from the kept costs of floating flavors (`frag_host`), or None
+        """-cost on every host from the kept costs of floating flavors (`host_only_costs`), or None
         (a flavor or reference with NUMA, PCI, pinned CPUs or huge pages; a full store)."""
         names = self.references(ctx)
         if names is not self._names:  # one key per list of references, not per decision
@@ -130,10 +131,10 @@ class FragmentationWeigher(HostWeigher):
         caps = reference_counts(table, references)  # cap_f; `cost` only adds cap'_f
 
         def cost(subset: I64 | None) -> npt.NDArray[np.float32]:
-            if subset is not None and subset.size <= numa_kernels.KERNEL_ROWS:  # compiled
+            if subset is not None and subset.size <= dispatch.KERNEL_ROWS:  # compiled
                 out = np.empty(subset.size, dtype=np.float32)
                 cf, hf, before = table.cell_free, table.host_free, caps[subset]
-                numa_kernels.lost_capacity(cf, hf, subset, before, demand.packed, packed, out)
+                compiled.lost_capacity(cf, hf, subset, before, demand.packed, packed, out)
                 return out
             before = caps if subset is None else caps[subset]  # many hosts: vectorised
             out = np.zeros(before.shape[0], dtype=np.float32)
@@ -142,11 +143,11 @@ class FragmentationWeigher(HostWeigher):
                 return out
             hosts = sub if subset is None else subset[sub]
             cf, hf = table.free_rows(hosts)
-            cell_use, host_use = numa.place(demand, cf, hf)
+            cell_use, host_use = vector.place(demand, cf, hf)
             cell_after, host_after = cf - cell_use, hf - host_use
             for j, d in enumerate(refs):
                 counts = before[sub, j]
-                out[sub] += d.spec.vcpus * (counts - numa.count(d, cell_after, host_after))
+                out[sub] += d.spec.vcpus * (counts - vector.count(d, cell_after, host_after))
             return out
 
         # the cost depends only on each host's free columns: cache it per flavor (see derived)

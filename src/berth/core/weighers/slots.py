@@ -30,10 +30,10 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
-from berth.core import numa
 from berth.core.errors import SpecError
 from berth.core.filters.base import Context, Workload
 from berth.core.flavors import FlavorSpec
+from berth.core.numa import vector
 from berth.core.resources import C_PCPU, H_MEM, H_VCPU
 from berth.core.table import INT32_MAX, HostTable
 from berth.core.weighers.base import F64, I64, HostWeigher
@@ -155,10 +155,10 @@ class SlotLossWeigher(HostWeigher):
                 return out
             hosts = sub if subset is None else subset[sub]
             cf, hf = table.free_rows(hosts)
-            cell_use, host_use = numa.place(demand, cf, hf)
+            cell_use, host_use = vector.place(demand, cf, hf)
             cell_after, host_after = cf - cell_use, hf - host_use
             for j, d in enumerate(refs):
-                after = np.minimum(numa.count(d, cell_after, host_after), INT32_MAX)
+                after = np.minimum(vector.count(d, cell_after, host_after), INT32_MAX)
                 lost = before[sub, j].astype(np.int64) - after
                 out[sub] += self._values(table, d.spec, hosts) * lost
             return out

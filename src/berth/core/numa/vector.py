@@ -1,24 +1,9 @@
-"""NUMA-exact fit, placement and capacity, vectorised over hosts.
-
-Three functions share one model so that they can never disagree:
+"""The claim rule (`rule`) on every host at once, vectorised with numpy: count, fit, place.
 
 * `count(d, cell_free, host_free)`: how many more instances of a flavor fit on each host.
-* `place(d, cell_free, host_free)`: what one more instance takes from each host (its cells, its
-  split, its PCI devices) by Berth's claim rule.
+* `place(d, cell_free, host_free)`: what one more instance takes from each host by the claim
+  rule (`rule`: its clauses are named in the branches below).
 * fit is simply ``count(...) >= 1``.
-
-The claim rule is chosen so that placing one instance by `place` lowers `count` by exactly one
-(docs/numa.md has the proofs; `tests/core/test_numa_properties.py` checks them):
-
-* SINGLE: the guest goes to the fitting cell with fewer remaining slots for this flavor
-  (best fit inside the host, so the roomier cell stays whole for larger guests).
-* EVEN: both cells take half.
-* FIXED (uneven, stated sizes): the orientation that leaves more room for the same flavor.
-* FLEX (uneven, Berth chooses): per resource, the split that leaves the two cells' free amounts
-  as equal as the per-cell minimums allow ("balanced leftover"); it maximises the smaller cell's
-  leftover, which is what bounds later guests.
-* Host-level PCI devices come from the guest's own cell first, otherwise from the cell with more
-  free devices of that type.
 """
 
 from __future__ import annotations
@@ -30,10 +15,11 @@ import numpy.typing as npt
 
 from berth.core.demand import Demand
 from berth.core.flavors import NumaMode
+from berth.core.numa.rule import BIG as NO_LIMIT
 from berth.core.resources import CELL_BASE
 
 I64 = npt.NDArray[np.int64]
-BIG = np.int64(1 << 40)
+BIG = np.int64(NO_LIMIT)
 
 
 def resource_major(a: Any) -> Any:
@@ -47,7 +33,7 @@ def resource_major(a: Any) -> Any:
 
 
 def take(a: I64, rows: I64) -> I64:
-    """Rows of a table column, keeping the resource-major layout (see `table.resource_major`)."""
+    """Rows of a table column, keeping the resource-major layout (see `resource_major`)."""
     return a.T[..., rows].T
 
 
@@ -153,7 +139,7 @@ def place(d: Demand, cell_free: I64, host_free: I64) -> tuple[I64, I64]:
     mode = d.mode
     rows = np.arange(n)
     first = None  # the cell the guest calls its own, for host-level PCI
-    if mode == NumaMode.SINGLE:
+    if mode == NumaMode.SINGLE:  # rule: the fitting cell with fewer slots, cell 0 on a tie
         units = _units(cell_free, d.cells[0])
         fit0, fit1 = units[:, 0] >= 1, units[:, 1] >= 1
         first = np.where(fit0 & fit1, (units[:, 1] < units[:, 0]).astype(np.int64), ~fit0 * 1)
@@ -161,7 +147,7 @@ def place(d: Demand, cell_free: I64, host_free: I64) -> tuple[I64, I64]:
     elif mode == NumaMode.EVEN:
         cell_use[:, 0] = d.cells[0]
         cell_use[:, 1] = d.cells[1]
-    elif mode == NumaMode.FIXED:
+    elif mode == NumaMode.FIXED:  # rule: (a, b) unless (b, a) fits and leaves more
         a, b = d.cells[0], d.cells[1]
         ab = np.stack([a, b])
         ba = np.stack([b, a])
@@ -171,7 +157,7 @@ def place(d: Demand, cell_free: I64, host_free: I64) -> tuple[I64, I64]:
         left_ba = _fixed_count(a, b, cell_free - ba, None)
         flip = ~ok_ab | (ok_ba & (left_ba > left_ab))
         cell_use[:] = np.where(flip[:, None, None], ba, ab)
-    elif mode == NumaMode.FLEX:
+    elif mode == NumaMode.FLEX:  # rule: the balanced leftover within the minimums
         for col in np.flatnonzero(d.total[:CELL_BASE]):
             total, minimum = d.total[col], d.cells[0, col]
             f0, f1 = cell_free[:, 0, col], cell_free[:, 1, col]
@@ -180,7 +166,7 @@ def place(d: Demand, cell_free: I64, host_free: I64) -> tuple[I64, I64]:
             share = np.clip((f0 - f1 + total) // 2, lo, np.maximum(lo, hi))
             cell_use[:, 0, col] = share
             cell_use[:, 1, col] = total - share
-    for p in np.flatnonzero(d.pci):
+    for p in np.flatnonzero(d.pci):  # rule: own cell first, else the one with more free
         col = CELL_BASE + p
         want = d.pci[p]
         free0, free1 = cell_free[:, 0, col], cell_free[:, 1, col]

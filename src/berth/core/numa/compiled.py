@@ -1,16 +1,17 @@
-"""NUMA-exact count and placement on some hosts, compiled: `numa_rows`, line for line.
+"""The claim rule (`rule`) on some hosts, compiled with numba: `scalar`, line for line.
 
-`numa` computes how many more instances of a flavor fit (`count`) and what one more takes
-(`place`) for every host at once with numpy; `numa_rows` does the same for one host in Python
+`vector` computes how many more instances of a flavor fit (`count`) and what one more takes
+(`place`) for every host at once with numpy; `scalar` does the same for one host in Python
 integers. The caches that follow the table (counts, cell fits, the fragmentation weigher's
 cost) recompute the hosts changed since they were last read: usually tens of hosts, too few for
-numpy's fixed cost per call and too many for Python. These kernels run `numa_rows`' integer
-arithmetic over those hosts in one compiled pass (`kernels.compile_kernel`).
-`tests/core/test_numa_rows.py` holds them to `numa` on every mode, negative amounts included.
+numpy's fixed cost per call and too many for Python. These kernels run `scalar`'s integer
+arithmetic over those hosts in one compiled pass (`jit.compile_kernel`); `dispatch` chooses
+them or `vector` by the number of hosts. `tests/core/test_numa_rows.py` holds them to `vector`
+on every mode, negative amounts included.
 
-A flavor comes packed as arrays (`demand.PackedDemand`): its mode, (column, amount) pairs and
-(column, a, b) / (column, total, minimum) triples. The helpers take one host's two cell vectors
-``c0``, ``c1`` (and host vector ``hf``).
+A flavor comes packed as arrays (`demand.PackedDemand`): its mode (`flavors.NumaMode` as an
+int), (column, amount) pairs and (column, a, b) / (column, total, minimum) triples. The helpers
+take one host's two cell vectors ``c0``, ``c1`` (and host vector ``hf``).
 """
 
 from __future__ import annotations
@@ -20,20 +21,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from berth.core import numa
-from berth.core.demand import Demand, PackedDemand, PackedReferences
-from berth.core.kernels import compile_kernel
+from berth.core import jit
+from berth.core.demand import PackedDemand, PackedReferences
+from berth.core.numa.rule import BIG
 
 I64 = npt.NDArray[np.int64]
 F32 = npt.NDArray[np.float32]
 I32 = npt.NDArray[np.int32]
 
-BIG = 1 << 40  # numa.BIG: "no limit"
-KERNEL_ROWS = 64
-"""Up to this many hosts, the compiled pass; a refresh of more hosts (a cold cache, a full
-table) goes through `numa`'s vectorised functions, which cost less per host (the kernels walk
-each host's modes and loops one at a time: about 0.2 µs per host and flavor against numpy's
-0.03 µs, but no fixed cost of 15-20 numpy calls)."""
 _HELPERS = ("_units1", "_fixed_count1", "_cell_count1", "_host_limit1", "_place1")
 
 
@@ -46,7 +41,7 @@ def _units1(c: Any, units: I64) -> int:
 
 
 def _fixed_count1(f0: Any, f1: Any, fixed: I64) -> int:
-    """x guests as (a, b), then as many as fit as (b, a): the best x (`numa_rows`)."""
+    """x guests as (a, b), then as many as fit as (b, a): the best x (`scalar._fixed_count`)."""
     xa = xb = BIG
     for k in range(fixed.shape[0]):
         col, a, b = fixed[k, 0], fixed[k, 1], fixed[k, 2]
@@ -116,12 +111,12 @@ def _place1(
     use0: I64,
     use1: I64,
 ) -> None:
-    """What one more instance takes of each cell (`numa_rows.place`), into `use0`, `use1`."""
+    """What one more instance takes of each cell (`scalar.place`), into `use0`, `use1`."""
     width = use0.size
     use0[:] = 0
     use1[:] = 0
     first = -1  # the guest's own cell for host-level PCI; -1: per device type
-    if mode == 1:  # SINGLE
+    if mode == 1:  # SINGLE; rule: the fitting cell with fewer slots, cell 0 on a tie
         u0, u1 = _units1(c0, units), _units1(c1, units)
         first = (1 if u1 < u0 else 0) if u0 >= 1 and u1 >= 1 else (0 if u0 >= 1 else 1)
         if first == 0:
@@ -131,7 +126,7 @@ def _place1(
     elif mode == 2:  # EVEN
         use0[:] = cells[0]
         use1[:] = cells[1]
-    elif mode == 3:  # FIXED: (a, b) unless (b, a) fits and leaves more
+    elif mode == 3:  # FIXED; rule: (a, b) unless (b, a) fits and leaves more
         ok_ab = ok_ba = True
         for j in range(width):
             a, b = cells[0, j], cells[1, j]
@@ -148,7 +143,7 @@ def _place1(
         else:
             use0[:] = cells[0]
             use1[:] = cells[1]
-    elif mode == 4:  # FLEX: the share that evens the cells out, within the minimums
+    elif mode == 4:  # FLEX; rule: the balanced leftover within the minimums
         for k in range(flex.shape[0]):
             col, total, minimum = flex[k, 0], flex[k, 1], flex[k, 2]
             f0, f1 = c0[col], c1[col]
@@ -157,7 +152,7 @@ def _place1(
             share = min(max((f0 - f1 + total) // 2, lo), hi)
             use0[col] = share
             use1[col] = total - share
-    for k in range(pci.shape[0]):
+    for k in range(pci.shape[0]):  # rule: own cell first, else the one with more free
         col, want = pci[k, 0], pci[k, 1]
         free0, free1 = c0[col], c1[col]
         own = first if first >= 0 else (1 if free1 > free0 else 0)
@@ -199,30 +194,13 @@ def _counts(
 def counts(
     cell_free: I64, host_free: I64, rows: I64, packed: Any, cells_only: bool, out: I64
 ) -> None:
-    """`numa_rows.count` (with `cells_only`: `numa_rows.cell_count`) of the flavor `packed`
+    """`scalar.count` (with `cells_only`: `scalar.cell_count`) of the flavor `packed`
     (`demand.PackedDemand`) on each of `rows`, into ``out[:len(rows)]``: how many more
     instances fit, NUMA-exactly, in integers ("no limit" is 2**40)."""
-    kernel = compile_kernel(_counts, globals(), helpers=_HELPERS)
+    kernel = jit.compile_kernel(_counts, globals(), helpers=_HELPERS)
     d = packed
     args = (cell_free, host_free, rows, d.mode, d.host, d.pci, d.units, d.fixed, d.flex)
     kernel(*args, cells_only, out)
-
-
-def count_on(
-    d: Demand, cell_free: I64, host_free: I64, rows: I64 | None, *, cells_only: bool = False
-) -> I64:
-    """`numa.count` of `d` on `rows` (None: every host), the cheaper way for their number: the
-    compiled pass (`counts`) up to `KERNEL_ROWS` hosts, numpy's vectorised count beyond. With
-    `cells_only`, the cells' count alone, to compare with 1 only (numpy stops counting at 1)."""
-    if rows is not None and rows.size <= KERNEL_ROWS:
-        out = np.empty(rows.size, dtype=np.int64)
-        counts(cell_free, host_free, rows, d.packed, cells_only, out)
-        return out
-    if rows is not None:
-        cell_free, host_free = numa.take(cell_free, rows), numa.take(host_free, rows)
-    if cells_only:
-        return numa.cell_count(d, cell_free, limit=1)
-    return numa.count(d, cell_free, host_free)
 
 
 def _lost(
@@ -290,7 +268,7 @@ def lost_capacity(
     ``sum_f vcpus_f * (before_f - count_f(after))``, accumulated in float32 reference by
     reference as the weigher's numpy formula does. `before` (rows, references): the counts
     before, capped to int32 (`fragmentation.reference_counts`); `refs`: `PackedReferences`."""
-    kernel = compile_kernel(_lost, globals(), helpers=_HELPERS)
+    kernel = jit.compile_kernel(_lost, globals(), helpers=_HELPERS)
     p = placed
     kernel(
         cell_free,
@@ -316,8 +294,11 @@ def lost_capacity(
     )
 
 
-def prepare(cell_free: I64, host_free: I64) -> None:
-    """Compile both kernels for a table's resource-major columns (`kernels.prepare`)."""
+@jit.warm_up
+def compile_all() -> None:
+    """Compile both kernels for a table's resource-major columns (run by `jit.prepare`)."""
+    cell_free = np.zeros((2, 2, 2), dtype=np.int64, order="F")  # resource-major, as the table's
+    host_free = np.zeros((2, 2), dtype=np.int64, order="F")
     pairs, triples = np.ones((1, 2), np.int64), np.ones((1, 3), np.int64)
     width = cell_free.shape[2]
     cells, host_use = np.ones((1, width), np.int64), np.zeros(host_free.shape[1], np.int64)

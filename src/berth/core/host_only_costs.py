@@ -1,4 +1,4 @@
-"""The fragmentation weigher's cost for floating flavors, every flavor at once, kept current.
+"""A cache: the fragmentation weigher's cost of floating flavors, every host and flavor at once.
 
 When the placed flavor and the reference flavors all use host columns alone (no NUMA topology,
 no PCI device, no pinned CPU, no huge page: "host-only"), a host's cost depends on its free
@@ -13,12 +13,12 @@ so far and every host. After each change of the table it recomputes the changed 
 those flavors, so a decision reads its flavor's column: no per-flavor cache lagging behind the
 table by tens of hosts, whatever the trace's mix of flavors.
 
-The values are the general path's bit for bit (`tests/core/test_frag_host.py`): the same integer
-counts, summed in integers by a compiled kernel (`kernels.host_only_costs`: a changed host costs
-well under a microsecond for every flavor, far less than a numpy call), then cast once to float64;
-that equals the general path's float32 sum reference by reference while every partial sum is an
-integer below 2**24 (F x the largest vCPU capacity; beyond, `build` declines and the weigher
-keeps its per-flavor cache).
+The values are the general path's bit for bit (`tests/core/test_host_only_costs.py`): the same
+integer counts, summed in integers by a compiled kernel (`kernels.host_only_costs`: a changed host
+costs well under a microsecond for every flavor, far less than a numpy call), then cast once to
+float64; that equals the general path's float32 sum reference by reference while every partial
+sum is an integer below 2**24 (F x the largest vCPU capacity; beyond, `build` declines and the
+weigher keeps its per-flavor cache).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Random fleets of floating flavors, random claims, releases, decisions (tentative claims and
 their undo included) and copies: the kept ``-cost`` of every flavor on every host must equal
-the general path's vectorised formula (`numa.place`, `numa.count`, float32 reference by
+the general path's vectorised formula (`vector.place`, `vector.count`, float32 reference by
 reference), and the berth profile must place exactly as with the per-flavor cache alone.
 """
 
@@ -15,17 +15,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from berth.core import numa
+from berth.core import host_only_costs
 from berth.core.config import profile
 from berth.core.engine import FilterScheduler, commit
 from berth.core.errors import ClaimError
 from berth.core.explain import NoValidHost
 from berth.core.flavors import NumaMode
+from berth.core.host_only_costs import HostOnlyCosts, host_only
 from berth.core.model import Fleet
+from berth.core.numa import vector
 from berth.core.request import RequestSpec
 from berth.core.table import HostTable
-from berth.core.weighers import frag_host
-from berth.core.weighers.frag_host import HostOnlyCosts, host_only
 from tests.builders import NOW, flavor, fleet
 from tests.core.strategies import examples, hosts
 
@@ -53,12 +53,12 @@ def _fresh(table: HostTable, placed: str, refs: list[str]) -> np.ndarray:
     """``-cost`` on every host as the general path computes it (before counts int32)."""
     d = table.demand(placed)
     cf, hf = table.cell_free, table.host_free
-    cell_use, host_use = numa.place(d, cf, hf)
+    cell_use, host_use = vector.place(d, cf, hf)
     cost = np.zeros(len(table), dtype=np.float32)
     for name in refs:
         r = table.demand(name)
-        before = numa.count(r, cf, hf).astype(np.int32)
-        cost += r.spec.vcpus * (before - numa.count(r, cf - cell_use, hf - host_use))
+        before = vector.count(r, cf, hf).astype(np.int32)
+        cost += r.spec.vcpus * (before - vector.count(r, cf - cell_use, hf - host_use))
     return np.negative(cost, dtype=np.float64)
 
 
@@ -118,7 +118,7 @@ def test_berth_places_as_with_the_per_flavor_cache(
     """Also when the store holds no flavor or only two (`MAX_VALUES`): the rest fall back."""
     with pytest.MonkeyPatch.context() as mp:
         if room is not None:
-            mp.setattr(frag_host, "MAX_VALUES", room * len(fleet.hosts))
+            mp.setattr(host_only_costs, "MAX_VALUES", room * len(fleet.hosts))
         _place_twice(fleet, data)
 
 

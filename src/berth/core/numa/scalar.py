@@ -1,14 +1,14 @@
-"""`numa.count` and `numa.place` for ONE host, in plain Python integers.
+"""The claim rule (`rule`) on ONE host, in plain Python integers: `vector.count` and `place`.
 
-Why: the fragmentation weigher keeps its per-host cost up to date incrementally, and after each
-decision usually only one or two hosts changed. A numpy call costs ~1 µs whatever the size of
-its array, and `numa.count` makes ten or more of them, so for a handful of rows plain integer
-arithmetic is several times cheaper. These functions mirror `berth.core.numa` line for line
-(same claim rule, same floor division, same clamps, a division by a zero minimum giving 0 as
-numpy's integer division does); `tests/core/test_numa_rows.py` checks with Hypothesis that they
-give exactly the vectorised results on random hosts, free amounts (negative included) and
-flavors of every NUMA mode, with PCI devices and huge pages. Use the vectorised functions for
-anything but a few rows.
+Why: a claim's footprint (`HostTable.plan_for`) and the defragmentation planner's trial moves
+(which keep hosts as Python lists) need the rule on one host at a time. A numpy call costs ~1 µs
+whatever the size of its array, and `vector.count` makes ten or more of them, so for one row
+plain integer arithmetic is several times cheaper (docs/numa.md compares it with a compiled
+one-host call). These functions mirror `vector` line for line (same clauses of `rule`, same
+floor division, same clamps, a division by a zero minimum giving 0 as numpy's integer division
+does); `tests/core/test_numa_rows.py` checks with Hypothesis that they give exactly the
+vectorised results on random hosts, free amounts (negative included) and flavors of every NUMA
+mode, with PCI devices and huge pages.
 
 The flavor's constants come from `Demand.rows` (Python integers, computed once per flavor).
 A host's state is ``(cell_free, host_free)``: ``cell_free`` a list of the cells' column lists
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from berth.core.demand import Cols, RowDemand
 from berth.core.flavors import NumaMode
+from berth.core.numa.rule import BIG
 
-BIG = 1 << 40  # numa.BIG
 Cells = list[list[int]]
 
 
@@ -52,7 +52,7 @@ def host_limit(rd: RowDemand, cell_free: Cells, host_free: list[int]) -> int:
 
 
 def _fixed_count(fixed: tuple[tuple[int, int, int], ...], f0: list[int], f1: list[int]) -> int:
-    """`numa._fixed_count` for one host (no limit: the weigher never passes one)."""
+    """`vector._fixed_count` for one host (no limit: the weigher never passes one)."""
     xa = xb = BIG
     for col, a, b in fixed:
         if a > 0:
@@ -98,24 +98,24 @@ def cell_count(rd: RowDemand, cell_free: Cells) -> int:
 
 
 def count(rd: RowDemand, cell_free: Cells, host_free: list[int]) -> int:
-    """`numa.count(d, ...)` for one host (without `limit`)."""
+    """`vector.count(d, ...)` for one host (without `limit`)."""
     if rd.mode == NumaMode.NONE:  # no cell limit: the host columns alone
         return host_limit(rd, cell_free, host_free)
     return min(cell_count(rd, cell_free), host_limit(rd, cell_free, host_free))
 
 
 def place(rd: RowDemand, cell_free: Cells) -> Cells:
-    """`numa.place(d, ...)[0]` for one host: the cells' use (the host use is `Demand.host`)."""
+    """`vector.place(d, ...)[0]` for one host: the cells' use (the host use is `Demand.host`)."""
     zero = [0] * rd.width
     mode = rd.mode
     first = -1  # the guest's own cell for host-level PCI; -1: per device type
-    if mode == NumaMode.SINGLE:
+    if mode == NumaMode.SINGLE:  # rule: the fitting cell with fewer slots, cell 0 on a tie
         u0, u1 = _units(cell_free[0], rd.units), _units(cell_free[1], rd.units)
         first = (1 if u1 < u0 else 0) if u0 >= 1 and u1 >= 1 else (0 if u0 >= 1 else 1)
         use = [list(rd.cells[0]), zero] if first == 0 else [zero, list(rd.cells[0])]
     elif mode == NumaMode.EVEN:
         use = [list(rd.cells[0]), list(rd.cells[1])]
-    elif mode == NumaMode.FIXED:
+    elif mode == NumaMode.FIXED:  # rule: (a, b) unless (b, a) fits and leaves more
         a, b = rd.cells[0], rd.cells[1]
         f0, f1 = cell_free[0], cell_free[1]
         ok_ab = all(x >= y for x, y in zip(f0, a, strict=True)) and all(
@@ -130,7 +130,7 @@ def place(rd: RowDemand, cell_free: Cells) -> Cells:
             left_ba = _fixed_count(rd.fixed, minus(f0, b), minus(f1, a))
             flip = left_ba > left_ab
         use = [list(b), list(a)] if flip else [list(a), list(b)]
-    elif mode == NumaMode.FLEX:
+    elif mode == NumaMode.FLEX:  # rule: the balanced leftover within the minimums
         use = [list(zero), list(zero)]
         for col, total, minimum in rd.flex:
             c0, c1 = cell_free[0][col], cell_free[1][col]
@@ -141,7 +141,7 @@ def place(rd: RowDemand, cell_free: Cells) -> Cells:
             use[1][col] = total - share
     else:
         use = [list(zero), list(zero)]
-    for col, want in rd.pci:
+    for col, want in rd.pci:  # rule: own cell first, else the one with more free
         free0, free1 = cell_free[0][col], cell_free[1][col]
         own = first if first >= 0 else (1 if free1 > free0 else 0)
         own_free = free0 if own == 0 else free1

@@ -1,0 +1,1 @@
+"""NUMA-exact count and placement: the claim rule (`rule`) and its implementations."""
