@@ -31,7 +31,8 @@ from sqlalchemy import Connection, delete, insert, select, update
 from berth.store import schema as t
 from berth.store.errors import NotFoundError, PlanRejectedError, StoreError
 from berth.store.footprint import Footprint, sum_footprints
-from berth.store.repo import EventRow, HostCapacity, InstanceRow, Store, _instance
+from berth.store.records import EventRow, HostCapacity, InstanceRow, instance_row
+from berth.store.repo import Store
 
 PLAN_STATES = ("planned", "running", "paused", "cancelled", "done", "failed")
 STEP_STATES = ("pending", "migrating", "done", "skipped", "replanned", "aborted")
@@ -236,7 +237,7 @@ class DefragStore:
         row = conn.execute(
             self._locked(select(t.instances).where(t.instances.c.id == instance_id))
         ).first()
-        return None if row is None else _instance(row)
+        return None if row is None else instance_row(row)
 
     # ------------------------------------------------------------------ drain
     def set_draining(self, host: str, draining: bool) -> EventRow:

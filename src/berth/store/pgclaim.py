@@ -1,9 +1,9 @@
 """The claim transaction on PostgreSQL in two round trips.
 
-`Store.commit_placement` (without evictions or a preemptible limit) runs the same statements,
-in the same order and taking the same row locks, as its general path; only the waiting is
-batched, by sending several statements in one message (parameters bound and quoted by psycopg
-on the client, `ClientCursor`; one result per statement):
+`Store.commit_placement` (`berth.store.claims`; without evictions or a preemptible limit) runs
+the same statements, in the same order and taking the same row locks, as its general path; only
+the waiting is batched, by sending several statements in one message (parameters bound and
+quoted by psycopg on the client, `ClientCursor`; one result per statement):
 
 1. BEGIN; the generation check-and-bump of every touched deployment set, then of every touched
    host, in name order (``UPDATE ... WHERE generation = :read RETURNING``); the instances rows
@@ -34,9 +34,8 @@ from psycopg.types.json import Jsonb
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
+from berth.store.db import NOTIFY_CHANNEL, EventItem
 from berth.store.errors import GenerationConflictError, PlanRejectedError
-
-NOTIFY_CHANNEL = "berth_events"
 
 _SET_CAS = (
     "UPDATE deployment_sets SET generation = generation + 1 WHERE id = %s AND generation = %s "
@@ -63,7 +62,7 @@ _OUTCOME = (
     "INSERT INTO placement_outcomes (ts, day, outcome, reason, flavor, project, num_instances, "
     "latency_ms) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
 )
-# payload "last id:replica", as `Store._append` sends
+# payload "last id:replica", as `Database._append` sends
 _IDS_AND_NOTIFY = (
     " SELECT array_agg(id ORDER BY id), pg_notify(%s, max(id)::text || ':' || %s) FROM e"
 )
@@ -73,9 +72,6 @@ def _rows(n: int, width: int) -> str:
     """`(%s, ...), ...`: n rows of `width` parameters (one statement, whatever the count)."""
     one = "(" + ", ".join(["%s"] * width) + ")"
     return ", ".join([one] * n)
-
-
-EventItem = tuple[str, str | None, int | None, dict[str, Any]]
 
 
 @dataclass(frozen=True)
