@@ -2,9 +2,9 @@
 
 A claim updates each touched host with ``WHERE generation = :read`` and checks the row count,
 re-verifies the footprints against the instances rows it now holds locked, and only then inserts;
-any failure rolls the whole transaction back (no partial claim, even if the process dies). Row
-locks are taken in one order everywhere (deployment sets, then hosts, each in name order, then
-instances, then IP pools), so concurrent claims and releases queue instead of deadlocking.
+any failure rolls the whole transaction back (no partial claim, even if the process dies). Claims
+and releases take their row locks in one order (deployment sets, then hosts, each in name order,
+then instances, then IP pools), so that concurrent ones queue instead of deadlocking.
 Writes that change a host bump its generation and append events in the same transaction, so the
 event log and the rows never disagree. On PostgreSQL a claim without evictions runs the same
 statements in two round trips (`berth.store.pgclaim`).

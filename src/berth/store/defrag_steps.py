@@ -45,31 +45,10 @@ class DefragSteps(DefragTables):
             s = self._step_locked(conn, plan_id, step)
             if s.state not in OPEN_STEPS:
                 raise StepStateError(f"step {step} of {plan_id!r} is {s.state}")
-            inst = self._instance(conn, s.instance_id)
-            if inst is None:
-                raise StepSkippedError(f"instance {s.instance_id!r} no longer exists")
-            if inst.host != s.source:
-                raise StepSkippedError(
-                    f"instance {s.instance_id!r} is on {inst.host!r}, not {s.source!r}"
-                )
-            if not inst.migratable:
-                raise StepSkippedError(f"instance {s.instance_id!r} is not migratable")
+            inst = self._movable(conn, s)
             mid = migration_id(inst.id)
-            if conn.execute(select(t.instances.c.id).where(t.instances.c.id == mid)).first():
-                raise StepSkippedError(f"instance {inst.id!r} is migrating already")
             group_gen = self._bump_group(conn, inst.server_group)
-            row = conn.execute(
-                update(t.hosts)
-                .where(t.hosts.c.name == s.target)
-                .values(generation=t.hosts.c.generation + 1)
-                .returning(t.hosts.c.generation, t.hosts.c.draining, t.hosts.c.cluster)
-            ).first()
-            if row is None:
-                raise PlanRejectedError(f"host {s.target!r} no longer exists")
-            if row.draining:
-                raise PlanRejectedError(f"host {s.target!r} is draining")
-            if row.cluster != inst.cluster:
-                raise PlanRejectedError(f"host {s.target!r} is not in cluster {inst.cluster!r}")
+            generation = _bump_target(conn, s, inst)
             self._verify_target(conn, s, inst, capacity)
             conn.execute(
                 insert(t.instances).values(
@@ -107,9 +86,24 @@ class DefragSteps(DefragTables):
                 "plan_id": plan_id,
                 "step": step,
             }
-            return self.store._append(
-                conn, [("instance_claimed", s.target, int(row.generation), payload)]
+            return self.store._append(conn, [("instance_claimed", s.target, generation, payload)])
+
+    def _movable(self, conn: Connection, s: StepRow) -> InstanceRow:
+        """The step's instance, locked; `StepSkippedError` when it is gone, has moved, is not
+        migratable or is migrating already."""
+        inst = self._instance(conn, s.instance_id)
+        if inst is None:
+            raise StepSkippedError(f"instance {s.instance_id!r} no longer exists")
+        if inst.host != s.source:
+            raise StepSkippedError(
+                f"instance {s.instance_id!r} is on {inst.host!r}, not {s.source!r}"
             )
+        if not inst.migratable:
+            raise StepSkippedError(f"instance {s.instance_id!r} is not migratable")
+        mid = migration_id(inst.id)
+        if conn.execute(select(t.instances.c.id).where(t.instances.c.id == mid)).first():
+            raise StepSkippedError(f"instance {inst.id!r} is migrating already")
+        return inst
 
     def _verify_target(
         self, conn: Connection, s: StepRow, inst: InstanceRow, cap: HostCapacity
@@ -355,3 +349,21 @@ def _moved(
             },
         ),
     ]
+
+
+def _bump_target(conn: Connection, s: StepRow, inst: InstanceRow) -> int:
+    """Bump the step's target host's generation (locking its row); the generation after.
+    `PlanRejectedError` when the host is gone, draining or in another cluster."""
+    row = conn.execute(
+        update(t.hosts)
+        .where(t.hosts.c.name == s.target)
+        .values(generation=t.hosts.c.generation + 1)
+        .returning(t.hosts.c.generation, t.hosts.c.draining, t.hosts.c.cluster)
+    ).first()
+    if row is None:
+        raise PlanRejectedError(f"host {s.target!r} no longer exists")
+    if row.draining:
+        raise PlanRejectedError(f"host {s.target!r} is draining")
+    if row.cluster != inst.cluster:
+        raise PlanRejectedError(f"host {s.target!r} is not in cluster {inst.cluster!r}")
+    return int(row.generation)
