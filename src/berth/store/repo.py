@@ -48,11 +48,10 @@ from berth.store.records import (
     TokenRow,
 )
 from berth.store.snapshot import Snapshots
-from berth.store.tokens import ROLES, Tokens, hash_token
+from berth.store.tokens import Tokens, hash_token
 from berth.store.topology import Topology
 
 __all__ = [
-    "ROLES",
     "ClusterRow",
     "CommitResult",
     "EventRow",
