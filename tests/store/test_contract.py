@@ -260,8 +260,8 @@ def test_failed_transaction_leaves_no_partial_claim(store):
 # updates and the read (both commit paths), and while writing the rows (the general path appends
 # its events; the two-round-trip PostgreSQL path wraps each JSON value while binding the inserts).
 KILL_POINTS = {
-    "sqlite": ["berth.store.repo._check_plan", "berth.store.repo.Store._append"],
-    "postgresql": ["berth.store.repo._check_plan", "berth.store.pgclaim.Jsonb"],
+    "sqlite": ["berth.store.claims._check_plan", "berth.store.repo.Store._append"],
+    "postgresql": ["berth.store.claims._check_plan", "berth.store.pgclaim.Jsonb"],
 }
 
 

@@ -1,24 +1,45 @@
-"""Engines for the two supported databases, and schema upgrades through Alembic.
+"""Engines for the two supported databases, schema upgrades through Alembic, and `Database`:
+the handle every part of the store shares (its transactions and the event log's append).
 
 * SQLite (the embedded default): a file in a data directory, WAL journal, `synchronous=NORMAL`,
   a busy timeout, foreign keys on. Write transactions start with `BEGIN IMMEDIATE`, so a writer
   takes the database lock up front instead of failing to upgrade a read lock half-way.
 * PostgreSQL through psycopg 3: `postgresql://...` URLs are accepted as they are.
+
+Event ids are unique and increasing in the order they are assigned, but on PostgreSQL two
+transactions may commit out of id order (serialising every commit on one lock would serialise
+the WAL flushes too). Readers therefore remember the ids below the newest they have seen that
+have not appeared yet and ask for them again (`Replica.sync`); what matters for applying events
+is the order per host, which the host row lock guarantees. SQLite serialises writers anyway.
 """
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, func, insert, select
 from sqlalchemy.engine import make_url
+
+from berth.store import schema as t
+from berth.store.records import EventRow
 
 DEFAULT_SQLITE_FILE = "berth.db"
 UPGRADE_LOCK = 0x42455255
+NOTIFY_CHANNEL = "berth_events"
+"""The PostgreSQL channel a write notifies ("last event id:replica") to wake other replicas."""
+
+EventItem = tuple[str, str | None, int | None, dict[str, Any]]
+"""An event to append: (kind, host, host generation after, payload)."""
+
+_EVENT = insert(t.events).returning(t.events.c.id)
 
 
 def normalise_url(url: str) -> str:
@@ -38,6 +59,65 @@ def sqlite_url(data_dir: str | Path) -> str:
 
 def is_sqlite(engine: Engine) -> bool:
     return engine.dialect.name == "sqlite"
+
+
+class Database:
+    """One database and the replica writing to it: the transactions and the event append that
+    every resource module of the store (`berth.store.repo`) builds on. Thread-safe: each call
+    runs its own transaction."""
+
+    def __init__(self, engine: Engine, replica: str = "local") -> None:
+        self.engine = engine
+        self.replica = replica
+        self.sqlite = is_sqlite(engine)
+        self._sqlite_writer = threading.Lock()
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        if self.sqlite:  # one writer at a time anyway: queue here, not in SQLite's busy loop
+            with self._sqlite_writer, self.engine.begin() as conn:
+                yield conn
+            return
+        with self.engine.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def _read(self, *, snapshot: bool = False) -> Iterator[Connection]:
+        opts: dict[str, Any] = {}
+        if self.sqlite:
+            opts["sqlite_begin"] = "DEFERRED"
+        elif snapshot:
+            opts["isolation_level"] = "REPEATABLE READ"
+        with self.engine.connect().execution_options(**opts) as conn, conn.begin():
+            yield conn
+
+    def _append(self, conn: Connection, items: Sequence[EventItem]) -> list[EventRow]:
+        """Append events (kind, host, generation, payload) at the end of a write transaction.
+
+        Ids come from a sequence, so on PostgreSQL concurrent transactions may commit out of id
+        order; readers track the ids they have not seen yet (`Replica.sync`). Events of one host
+        are always in order: the host's row stays locked from its generation update to commit.
+        """
+        if not items:
+            return []
+        now = time.time()
+        out = []
+        for kind, host, generation, payload in items:
+            new_id = conn.execute(
+                _EVENT,
+                {
+                    "ts": now,
+                    "kind": kind,
+                    "host": host,
+                    "generation": generation,
+                    "replica": self.replica,
+                    "payload": payload,
+                },
+            ).scalar_one()
+            out.append(EventRow(int(new_id), now, kind, host, generation, self.replica, payload))
+        if not self.sqlite:  # wake the other replicas: "last id written:replica"
+            conn.execute(select(func.pg_notify(NOTIFY_CHANNEL, f"{out[-1].id}:{self.replica}")))
+        return out
 
 
 def make_engine(url: str, *, pool_size: int = 10) -> Engine:

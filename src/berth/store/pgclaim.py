@@ -1,9 +1,9 @@
 """The claim transaction on PostgreSQL in two round trips.
 
-`Store.commit_placement` (without evictions or a preemptible limit) runs the same statements,
-in the same order and taking the same row locks, as its general path; only the waiting is
-batched, by sending several statements in one message (parameters bound and quoted by psycopg
-on the client, `ClientCursor`; one result per statement):
+`Store.commit_placement` (`berth.store.claims`; without evictions or a preemptible limit) runs
+the same statements, in the same order and taking the same row locks, as its general path; only
+the waiting is batched, by sending several statements in one message (parameters bound and
+quoted by psycopg on the client, `ClientCursor`; one result per statement):
 
 1. BEGIN; the generation check-and-bump of every touched deployment set, then of every touched
    host, in name order (``UPDATE ... WHERE generation = :read RETURNING``); the instances rows
@@ -34,9 +34,8 @@ from psycopg.types.json import Jsonb
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
+from berth.store.db import NOTIFY_CHANNEL, EventItem
 from berth.store.errors import GenerationConflictError, PlanRejectedError
-
-NOTIFY_CHANNEL = "berth_events"
 
 _SET_CAS = (
     "UPDATE deployment_sets SET generation = generation + 1 WHERE id = %s AND generation = %s "
@@ -63,7 +62,7 @@ _OUTCOME = (
     "INSERT INTO placement_outcomes (ts, day, outcome, reason, flavor, project, num_instances, "
     "latency_ms) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
 )
-# payload "last id:replica", as `Store._append` sends
+# payload "last id:replica", as `Database._append` sends
 _IDS_AND_NOTIFY = (
     " SELECT array_agg(id ORDER BY id), pg_notify(%s, max(id)::text || ':' || %s) FROM e"
 )
@@ -73,9 +72,6 @@ def _rows(n: int, width: int) -> str:
     """`(%s, ...), ...`: n rows of `width` parameters (one statement, whatever the count)."""
     one = "(" + ", ".join(["%s"] * width) + ")"
     return ", ".join([one] * n)
-
-
-EventItem = tuple[str, str | None, int | None, dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -158,6 +154,25 @@ def _run(
     # Parameters are bound by psycopg on the client (quoted by libpq): several statements then
     # go in one message and come back as one result each, in order (`nextset`).
     cur = psycopg.ClientCursor(raw)
+    cur.execute(*_checks(w))  # the first wait
+    verify(_read_checks(cur, w))
+    _read_ip_reservations(cur, w)
+    # the writes as one statement: the inserts as data-modifying CTEs (each runs exactly
+    # once), the events' ids and the NOTIFY from the last one; then COMMIT, the second wait
+    parts, params, final = _writes(w)
+    if parts:
+        cur.execute("WITH " + ", ".join(parts) + final + "; COMMIT", params)
+        row = cur.fetchone()  # the first statement's result (COMMIT's follows)
+    else:
+        cur.execute("COMMIT")
+        row = None
+    if raw.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        raise PlanRejectedError("the claim transaction did not commit")
+    return sorted(int(i) for i in row[0]) if row is not None and row[0] is not None else []
+
+
+def _checks(w: ClaimWrites) -> tuple[str, list[Any]]:
+    """The first message: BEGIN, the generation checks, the reads, the IP reservations."""
     sql = ["BEGIN"]
     params: list[Any] = []
     for gid, gen in w.sets:
@@ -175,7 +190,12 @@ def _run(
     for net, n in w.networks:
         sql.append(_TAKE_IPS)
         params += [n, net, n]
-    cur.execute("; ".join(sql), params)  # the first wait
+    return "; ".join(sql), params
+
+
+def _read_checks(cur: psycopg.ClientCursor[Any], w: ClaimWrites) -> ClaimRead:
+    """The answers to the generation checks and the reads; a set or host no longer at the
+    generation read is `GenerationConflictError`."""
     read = ClaimRead()
     for gid, _ in w.sets:
         cur.nextset()
@@ -194,39 +214,27 @@ def _run(
         cur.nextset()
         one = cur.fetchone()
         read.sizes[gid] = int(one[0]) if one is not None else 0
-    verify(read)
+    return read
+
+
+def _read_ip_reservations(cur: psycopg.ClientCursor[Any], w: ClaimWrites) -> None:
+    """A network that had too few free IPs is `PlanRejectedError`."""
     for net, n in w.networks:
         cur.nextset()
         if cur.fetchone() is None:
             raise PlanRejectedError(f"network {net!r} has no {n} free IPs")
-    # the writes as one statement: the inserts as data-modifying CTEs (each runs exactly
-    # once), the events' ids and the NOTIFY from the last one; then COMMIT, the second wait
+
+
+def _writes(w: ClaimWrites) -> tuple[list[str], list[Any], str]:
+    """The second message's CTEs, their parameters, and its final SELECT."""
     parts: list[str] = []
-    params = []
+    params: list[Any] = []
     if w.instances:
         parts.append(
             f"i AS (INSERT INTO instances ({_INSTANCE_COLUMNS}) "
             f"VALUES {_rows(len(w.instances), 13)})"
         )
-        params += [
-            v
-            for i in w.instances
-            for v in (
-                i["id"],
-                i["project"],
-                i["flavor"],
-                i["host"],
-                i["cluster"],
-                i["server_group"],
-                Jsonb(i["placement"]),
-                i["placement_id"],
-                i["business_type"],
-                i["preemptible"],
-                i["migratable"],
-                i["created_at"],
-                i["network"],
-            )
-        ]
+        params += _instance_params(w.instances)
     if w.idempotency is not None:
         d = w.idempotency
         parts.append(f"k AS ({_IDEMPOTENCY})")
@@ -251,23 +259,36 @@ def _run(
             o["num_instances"],
             o["latency_ms"],
         ]
-    if w.events:
-        # a multi-row INSERT inserts its rows, and draws their ids, in VALUES order
-        parts.append(
-            "e AS (INSERT INTO events (ts, kind, host, generation, replica, payload) "
-            f"VALUES {_rows(len(w.events), 6)} RETURNING id)"
+    if not w.events:
+        return parts, params, " SELECT NULL"
+    # a multi-row INSERT inserts its rows, and draws their ids, in VALUES order
+    parts.append(
+        "e AS (INSERT INTO events (ts, kind, host, generation, replica, payload) "
+        f"VALUES {_rows(len(w.events), 6)} RETURNING id)"
+    )
+    params += [v for k, h, g, p in w.events for v in (w.ts, k, h, g, w.replica, Jsonb(p))]
+    params += [NOTIFY_CHANNEL, w.replica]
+    return parts, params, _IDS_AND_NOTIFY
+
+
+def _instance_params(instances: Sequence[dict[str, Any]]) -> list[Any]:
+    """The instances rows' values, in `_INSTANCE_COLUMNS` order."""
+    return [
+        v
+        for i in instances
+        for v in (
+            i["id"],
+            i["project"],
+            i["flavor"],
+            i["host"],
+            i["cluster"],
+            i["server_group"],
+            Jsonb(i["placement"]),
+            i["placement_id"],
+            i["business_type"],
+            i["preemptible"],
+            i["migratable"],
+            i["created_at"],
+            i["network"],
         )
-        params += [v for k, h, g, p in w.events for v in (w.ts, k, h, g, w.replica, Jsonb(p))]
-        params += [NOTIFY_CHANNEL, w.replica]
-        final = _IDS_AND_NOTIFY
-    else:
-        final = " SELECT NULL"
-    if parts:
-        cur.execute("WITH " + ", ".join(parts) + final + "; COMMIT", params)
-        row = cur.fetchone()  # the first statement's result (COMMIT's follows)
-    else:
-        cur.execute("COMMIT")
-        row = None
-    if raw.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-        raise PlanRejectedError("the claim transaction did not commit")
-    return sorted(int(i) for i in row[0]) if row is not None and row[0] is not None else []
+    ]

@@ -1,0 +1,272 @@
+"""Hosts: their inventory rows, enabling, heartbeats and reports, and reconciliation."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection, delete, func, insert, or_, select, update
+
+from berth.core.model import Host, NumaCell
+from berth.store import schema as t
+from berth.store.db import Database
+from berth.store.errors import AlreadyExistsError, InUseError, InvalidReferenceError, NotFoundError
+from berth.store.instances import an_instance
+from berth.store.records import EventRow, HostRecord
+
+
+class Hosts(Database):
+    """Adding, removing, reading and reporting hosts."""
+
+    def add_hosts(self, cluster: str, hosts: Sequence[tuple[Host, str | None]]) -> None:
+        """Add hosts (with their pool) to a cluster: one transaction, one `hosts_added` event."""
+        now = time.time()
+        with self._write() as conn:
+            if not conn.execute(
+                select(t.clusters.c.name).where(t.clusters.c.name == cluster)
+            ).first():
+                raise InvalidReferenceError("cluster", f"unknown cluster {cluster!r}")
+            pools = {
+                r.name
+                for r in conn.execute(select(t.pools.c.name).where(t.pools.c.cluster == cluster))
+            }
+            aggs = {r.name for r in conn.execute(select(t.aggregates.c.name))}
+            names = [h.name for h, _ in hosts]
+            existing = conn.execute(select(t.hosts.c.name).where(t.hosts.c.name.in_(names))).first()
+            if existing is not None:
+                raise AlreadyExistsError("host", existing.name)
+            host_rows, cell_rows = [], []
+            for i, (host, pool) in enumerate(hosts):
+                if pool is not None and pool not in pools:
+                    raise InvalidReferenceError(
+                        f"hosts[{i}].pool", f"unknown pool {pool!r} in {cluster}"
+                    )
+                for agg in host.aggregates:
+                    if agg not in aggs:
+                        raise InvalidReferenceError(
+                            f"hosts[{i}].aggregates", f"unknown aggregate {agg!r}"
+                        )
+                host_rows.append(
+                    {
+                        "name": host.name,
+                        "cluster": cluster,
+                        "pool": pool,
+                        "spec": _host_spec(host),
+                        "enabled": host.enabled,
+                        "last_heartbeat": host.last_heartbeat,
+                        "generation": 0,
+                        "created_at": now,
+                    }
+                )
+                for c, cell in enumerate(host.numa_cells):
+                    cell_rows.append(
+                        {
+                            "host": host.name,
+                            "cell": c,
+                            "shared_cpus": cell.shared_cpus,
+                            "dedicated_cpus": cell.dedicated_cpus,
+                            "memory_mb": cell.memory_mb,
+                            "hugepages_mb": cell.hugepages_mb,
+                            "pci": dict(cell.pci),
+                        }
+                    )
+            if host_rows:
+                conn.execute(insert(t.hosts), host_rows)
+                conn.execute(insert(t.host_cells), cell_rows)
+            self._append(conn, [("hosts_added", None, None, {"cluster": cluster, "hosts": names})])
+
+    def remove_host(self, name: str) -> None:
+        """Decommission an empty host (one with instances is `InUseError`)."""
+        with self._write() as conn:
+            used = an_instance(conn, t.instances.c.host, name)
+            if used is not None:
+                raise InUseError(f"host {name!r} still runs instance {used!r}")
+            conn.execute(delete(t.host_cells).where(t.host_cells.c.host == name))
+            if conn.execute(delete(t.hosts).where(t.hosts.c.name == name)).rowcount == 0:
+                raise NotFoundError("host", name)
+            self._append(conn, [("host_removed", name, None, {"name": name})])
+
+    def get_host(self, name: str) -> HostRecord:
+        with self._read() as conn:
+            found = read_hosts(conn, [name])
+        if not found:
+            raise NotFoundError("host", name)
+        return found[0]
+
+    def list_hosts(self, cluster: str | None = None) -> list[HostRecord]:
+        with self._read() as conn:
+            names = None
+            if cluster is not None:
+                names = [
+                    r.name
+                    for r in conn.execute(
+                        select(t.hosts.c.name).where(t.hosts.c.cluster == cluster)
+                    )
+                ]
+            return read_hosts(conn, names)
+
+    def set_host_enabled(self, name: str, enabled: bool) -> EventRow:
+        with self._write() as conn:
+            gen = conn.execute(
+                update(t.hosts)
+                .where(t.hosts.c.name == name)
+                .values(enabled=enabled, generation=t.hosts.c.generation + 1)
+                .returning(t.hosts.c.generation)
+            ).scalar()
+            if gen is None:
+                raise NotFoundError("host", name)
+            return self._append(conn, [("host_state", name, int(gen), {"enabled": enabled})])[0]
+
+    def report(
+        self,
+        name: str,
+        timestamp: float,
+        report: dict[str, Any] | None,
+        *,
+        down_after: float | None = None,
+    ) -> bool:
+        """Record a heartbeat (and the host's own view when given); older never overwrite newer.
+
+        With `down_after` (the service-down time), a heartbeat that revives a host (none
+        before, or the previous one more than `down_after` older) also appends a `host_alive`
+        event, so that other replicas let the host back in at once instead of at their next
+        heartbeat poll. Heartbeats bump no generation. Returns False when the report was older
+        than what is recorded (nothing changed).
+        """
+        with self._write() as conn:
+            cur = conn.execute(
+                select(t.hosts.c.last_heartbeat, t.hosts.c.report_ts).where(t.hosts.c.name == name)
+            ).first()
+            if cur is None:
+                raise NotFoundError("host", name)
+            values: dict[str, Any] = {}
+            if cur.last_heartbeat is None or timestamp > cur.last_heartbeat:
+                values["last_heartbeat"] = timestamp
+            if report is not None and (cur.report_ts is None or timestamp > cur.report_ts):
+                values["report"] = report
+                values["report_ts"] = timestamp
+            if not values:
+                return False
+            conn.execute(update(t.hosts).where(t.hosts.c.name == name).values(**values))
+            revived = "last_heartbeat" in values and (
+                cur.last_heartbeat is None
+                or (down_after is not None and timestamp - cur.last_heartbeat > down_after)
+            )
+            if down_after is not None and revived:
+                payload = {"heartbeat": timestamp, "previous": cur.last_heartbeat}
+                self._append(conn, [("host_alive", name, None, payload)])
+            return True
+
+    def touch_heartbeats(self, now: float, max_age: float) -> int:
+        """Heartbeat, at `now`, every host whose last heartbeat is within `max_age` of the
+        freshest one (`berth serve --simulate-agents`, the demo's stand-in for compute agents:
+        hosts that were down stay down, even after the service was stopped for a while)."""
+        with self._write() as conn:
+            freshest = conn.execute(select(func.max(t.hosts.c.last_heartbeat))).scalar()
+            if freshest is None:
+                return 0
+            res = conn.execute(
+                update(t.hosts)
+                .where(
+                    t.hosts.c.last_heartbeat >= min(now, float(freshest)) - max_age,
+                    t.hosts.c.last_heartbeat < now,
+                )
+                .values(last_heartbeat=now)
+            )
+            return int(res.rowcount)
+
+    def reconcile(self, hosts: Sequence[str] | None = None) -> list[EventRow]:
+        """Compare each host's latest reported instances with the instances Berth records.
+
+        Every discrepancy (an instance Berth knows that the host does not report, or one the host
+        runs that Berth does not know) is recorded as a `discrepancy` event. A report is
+        reconciled once; a host that never reported its instances is skipped.
+        """
+        with self._write() as conn:
+            q = select(t.hosts.c.name, t.hosts.c.report, t.hosts.c.report_ts).where(
+                t.hosts.c.report_ts.is_not(None),
+                or_(
+                    t.hosts.c.reconciled_ts.is_(None),
+                    t.hosts.c.reconciled_ts < t.hosts.c.report_ts,
+                ),
+            )
+            if hosts is not None:
+                q = q.where(t.hosts.c.name.in_(hosts))
+            found = []
+            for row in conn.execute(q).all():
+                reported = row.report.get("instances")
+                if reported is None:
+                    continue
+                known = {
+                    r.id
+                    for r in conn.execute(
+                        select(t.instances.c.id).where(t.instances.c.host == row.name)
+                    )
+                }
+                missing = sorted(known - set(reported))
+                unknown = sorted(set(reported) - known)
+                conn.execute(
+                    update(t.hosts)
+                    .where(t.hosts.c.name == row.name)
+                    .values(reconciled_ts=row.report_ts)
+                )
+                if missing or unknown:
+                    found.append(
+                        (
+                            "discrepancy",
+                            row.name,
+                            None,
+                            {
+                                "report_ts": row.report_ts,
+                                "missing_on_host": missing,
+                                "unknown_to_berth": unknown,
+                            },
+                        )
+                    )
+            return self._append(conn, found)
+
+    def heartbeats_since(self, since: float) -> list[tuple[str, float]]:
+        with self._read() as conn:
+            rows = conn.execute(
+                select(t.hosts.c.name, t.hosts.c.last_heartbeat).where(
+                    t.hosts.c.last_heartbeat > since
+                )
+            )
+            return [(r.name, float(r.last_heartbeat)) for r in rows]
+
+
+def read_hosts(conn: Connection, names: Sequence[str] | None = None) -> list[HostRecord]:
+    """The host records (with their NUMA cells) of `names`, or of every host, in creation order."""
+    q = select(t.hosts).order_by(t.hosts.c.created_at, t.hosts.c.name)
+    cq = select(t.host_cells).order_by(t.host_cells.c.host, t.host_cells.c.cell)
+    if names is not None:
+        q = q.where(t.hosts.c.name.in_(names))
+        cq = cq.where(t.host_cells.c.host.in_(names))
+    cells: dict[str, list[NumaCell]] = {}
+    for c in conn.execute(cq):
+        cells.setdefault(c.host, []).append(
+            NumaCell(
+                shared_cpus=c.shared_cpus,
+                dedicated_cpus=c.dedicated_cpus,
+                memory_mb=c.memory_mb,
+                hugepages_mb=c.hugepages_mb,
+                pci=c.pci,
+            )
+        )
+    out = []
+    for r in conn.execute(q):
+        host = Host.model_validate(
+            {
+                **r.spec,
+                "enabled": r.enabled,
+                "last_heartbeat": r.last_heartbeat,
+                "numa_cells": cells.get(r.name, []),
+            }
+        )
+        out.append(HostRecord(host, r.cluster, r.pool, int(r.generation), r.report, r.report_ts))
+    return out
+
+
+def _host_spec(host: Host) -> dict[str, Any]:
+    return host.model_dump(mode="json", exclude={"numa_cells", "enabled", "last_heartbeat"})

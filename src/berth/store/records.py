@@ -1,0 +1,188 @@
+"""The rows the store reads and writes, as plain records, and the converters from result rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from berth.core.model import Aggregate, Flavor, Host, PciAlias
+from berth.store.footprint import Footprint
+
+I64 = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class ClusterRow:
+    name: str
+    region: str
+    state: str
+
+
+@dataclass(frozen=True)
+class PoolRow:
+    cluster: str
+    name: str
+    trait: str
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class HostRecord:
+    host: Host
+    cluster: str
+    pool: str | None
+    generation: int
+    report: dict[str, Any] | None = None
+    report_ts: float | None = None
+
+
+@dataclass(frozen=True)
+class GroupRow:
+    id: str
+    project: str
+    policy: str
+    max_per_host: int
+    max_size: int | None
+    generation: int
+    scope: str = "host"
+
+
+@dataclass(frozen=True)
+class InstanceRow:
+    id: str
+    project: str
+    flavor: str
+    host: str
+    cluster: str
+    server_group: str | None
+    placement: Footprint
+    placement_id: str | None
+    business_type: str
+    preemptible: bool
+    migratable: bool
+    created_at: float
+    network: str | None = None
+
+
+@dataclass(frozen=True)
+class TokenRow:
+    id: str
+    name: str
+    role: str
+    project: str | None
+    revoked: bool
+    created_at: float
+
+
+@dataclass(frozen=True)
+class EventRow:
+    id: int
+    ts: float
+    kind: str
+    host: str | None
+    generation: int | None
+    replica: str
+    payload: dict[str, Any]
+
+
+@dataclass
+class Snapshot:
+    """Everything a replica needs to build its tables, read in one consistent transaction."""
+
+    last_event_id: int
+    regions: dict[str, str | None]
+    """region (or IDC) -> its parent region (None: top level)"""
+    clusters: dict[str, ClusterRow]
+    pools: list[PoolRow]
+    aggregates: list[Aggregate]
+    pci_aliases: list[PciAlias]
+    flavors: list[Flavor]
+    groups: dict[str, GroupRow]
+    hosts: list[HostRecord]
+    instances: list[InstanceRow]
+    missing_event_ids: list[int] = field(default_factory=list)
+    """Ids below `last_event_id` not visible yet (their transactions were still committing)."""
+
+
+@dataclass(frozen=True)
+class NewInstance:
+    id: str
+    host: str
+    cluster: str
+    flavor: str
+    footprint: Footprint
+    project: str
+    server_group: str | None = None
+    business_type: str = "on-demand"
+    preemptible: bool = False
+    migratable: bool = True
+    created_at: float | None = None  # None: the commit time
+    network: str | None = None  # takes one IP of this network (ip_pools)
+
+
+@dataclass(frozen=True)
+class HostCapacity:
+    """A host's inventory in one table's layout, for re-verifying a plan at commit."""
+
+    cell_cap: I64
+    host_cap: I64
+    device_types: list[str]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    outcome: str  # success | failure
+    reason: str
+    flavor: str
+    project: str
+    num_instances: int
+    latency_ms: float
+
+
+@dataclass(frozen=True)
+class Idempotent:
+    principal: str
+    key: str
+    request_hash: str
+    status: int
+    response: dict[str, Any]
+
+
+@dataclass
+class CommitResult:
+    events: list[EventRow] = field(default_factory=list)
+    groups: dict[str, int] = field(default_factory=dict)  # group -> generation after commit
+    evicted: list[InstanceRow] = field(default_factory=list)
+
+
+def instance_row(row: Any) -> InstanceRow:
+    return InstanceRow(
+        id=row.id,
+        project=row.project,
+        flavor=row.flavor,
+        host=row.host,
+        cluster=row.cluster,
+        server_group=row.server_group,
+        placement=row.placement,
+        placement_id=row.placement_id,
+        business_type=row.business_type,
+        preemptible=bool(row.preemptible),
+        migratable=bool(row.migratable),
+        created_at=float(row.created_at),
+        network=row.network,
+    )
+
+
+def event_row(row: Any) -> EventRow:
+    return EventRow(
+        id=int(row.id),
+        ts=float(row.ts),
+        kind=row.kind,
+        host=row.host,
+        generation=None if row.generation is None else int(row.generation),
+        replica=row.replica,
+        payload=row.payload,
+    )
