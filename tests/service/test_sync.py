@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from berth.core.model import Flavor
-from berth.service.app import SyncThread, _event_id
 from berth.service.demo import load_fleet_into
 from berth.service.state import NoPlacementError, PlaceArgs, Replica, ServiceConfig
+from berth.service.sync import SyncThread, _event_id
 from berth.store.audit import audit
 from berth.store.repo import EventRow, GroupRow, Store
 from tests.store.fleets import NOW, host, small_fleet

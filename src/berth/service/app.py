@@ -2,32 +2,25 @@
 
 `create_app(config)` builds one replica: a `Store` on the configured database, a `Replica`
 holding the per-cluster tables, and (unless `background=False`, as in tests that drive sync by
-hand) a thread that keeps the tables current: LISTEN/NOTIFY on PostgreSQL with polling as the
-fallback, polling on SQLite; heartbeats refreshed every few seconds; periodic reconciliation.
+hand) the thread that keeps the tables current (`berth.service.sync`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
-import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from starlette.concurrency import run_in_threadpool
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from berth.core import kernels
-from berth.core.errors import BerthError, FleetError, SpecError
 from berth.core.flavors import parse_flavor
 from berth.core.model import Flavor, Host
 from berth.policy.capacity import capacity_report
@@ -37,12 +30,11 @@ from berth.service import schemas as s
 from berth.service.auth import Authenticator, Principal, require
 from berth.service.defrag import DefragService, DefragThread
 from berth.service.defrag import router as defrag_router
-from berth.service.errors import ERROR_RESPONSES, ApiError, ErrorBody, not_found
+from berth.service.errors import ERROR_RESPONSES, ApiError, ErrorBody, install_handlers, not_found
 from berth.service.metrics import Metrics
 from berth.service.policy import PolicyFailureError, Scheduled
 from berth.service.policy import schedule as policy_schedule
 from berth.service.state import (
-    BadRequestError,
     ContentionError,
     NoPlacementError,
     PlaceArgs,
@@ -50,14 +42,11 @@ from berth.service.state import (
     Replica,
     ServiceConfig,
 )
+from berth.service.sync import SyncThread
 from berth.store.defrag import migrating_instance
 from berth.store.errors import (
-    AlreadyExistsError,
     IdempotencyRaceError,
-    InUseError,
-    InvalidReferenceError,
     NotFoundError,
-    StoreError,
 )
 from berth.store.footprint import Footprint, to_named
 from berth.store.repo import GroupRow, InstanceRow, Outcome, PoolRow, Store
@@ -100,140 +89,6 @@ def instance_out(row: InstanceRow) -> s.InstanceOut:
         created_at=row.created_at,
         migration_of=migrating_instance(row.id),
     )
-
-
-def _error_response(exc: ApiError) -> JSONResponse:
-    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
-
-
-def _map_error(exc: BerthError) -> ApiError:
-    if isinstance(exc, ApiError):  # pragma: no cover - ApiError is not a BerthError
-        return exc
-    if isinstance(exc, NotFoundError):
-        return ApiError(404, "not_found", str(exc))
-    if isinstance(exc, AlreadyExistsError):
-        return ApiError(409, "already_exists", str(exc))
-    if isinstance(exc, InvalidReferenceError):
-        return ApiError(422, "invalid_reference", str(exc), field=exc.field)
-    if isinstance(exc, InUseError):
-        return ApiError(409, "in_use", str(exc))
-    if isinstance(exc, BadRequestError):
-        return ApiError(422, exc.code, str(exc), field=exc.field)
-    if isinstance(exc, NoPlacementError):
-        return ApiError(
-            409, "no_valid_host", str(exc), details={"reason": exc.reason, **exc.details}
-        )
-    if isinstance(exc, ContentionError):
-        return ApiError(409, "contention", str(exc), headers={"Retry-After": "1"})
-    if isinstance(exc, SpecError | FleetError):
-        return ApiError(422, "invalid_input", str(exc))
-    if isinstance(exc, StoreError):
-        return ApiError(409, exc.code, str(exc))
-    return ApiError(422, "invalid_input", str(exc))
-
-
-def _field(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-# ---------------------------------------------------------------------------- background sync
-def _event_id(payload: str, me: str = "") -> int:
-    """The event id a notification announces (payload `id:replica`, or just `id`); -1 for this
-    replica's own commits, which the committing request applies itself."""
-    head, sep, who = payload.partition(":")
-    if sep and who == me:
-        return -1
-    try:
-        return int(head)
-    except ValueError:
-        return 1 << 62  # unknown payload: sync
-
-
-class SyncThread:
-    """Keeps a replica's tables current until stopped."""
-
-    def __init__(self, replica: Replica, *, simulate_heartbeats: bool = False) -> None:
-        self.replica = replica
-        self.simulate = simulate_heartbeats
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.run, name="berth-sync", daemon=True)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(timeout=5)
-
-    def _listener(self) -> Any:
-        if self.replica.store.sqlite:
-            return None
-        try:
-            import psycopg
-
-            url = self.replica.store.engine.url.set(drivername="postgresql")
-            conn = psycopg.connect(url.render_as_string(hide_password=False), autocommit=True)
-            conn.execute("LISTEN berth_events")
-            return conn
-        except Exception as exc:  # fall back to polling
-            log.warning("LISTEN unavailable, polling instead: %s", exc)
-            return None
-
-    def run(self) -> None:
-        r = self.replica
-        cfg = r.config
-        listener = self._listener()
-        next_beat = next_reconcile = next_simulate = next_poll = 0.0
-        me = cfg.replica_id
-        while not self.stop.is_set():
-            try:
-                if listener is not None:
-                    # newest id announced by another replica (-1: none); own commits are
-                    # applied by their requests, so they wake nothing here
-                    newest, woke = -1, False
-                    for note in listener.notifies(timeout=cfg.poll_interval, stop_after=1):
-                        newest, woke = max(newest, _event_id(note.payload, me)), True
-                    # drain whatever else arrived meanwhile (one sync for a burst)
-                    for note in listener.notifies(timeout=0.0):
-                        newest = max(newest, _event_id(note.payload, me))
-                    now = time.monotonic()
-                    if (
-                        not woke
-                        or now >= next_poll
-                        or newest > r.last_event
-                        or (newest >= 0 and r.has_gaps())
-                    ):
-                        r.sync()
-                        next_poll = now + cfg.poll_interval
-                else:
-                    self.stop.wait(cfg.poll_interval)
-                    r.sync()
-                now = time.monotonic()
-                if self.simulate and now >= next_simulate:
-                    r.store.touch_heartbeats(r.clock(), cfg.service_down_time)
-                    next_simulate = now + cfg.service_down_time / 4
-                if now >= next_beat:
-                    r.refresh_heartbeats()
-                    next_beat = now + cfg.heartbeat_interval
-                if now >= next_reconcile:
-                    if next_reconcile:
-                        r.store.reconcile()
-                    next_reconcile = now + cfg.reconcile_interval
-            except Exception as exc:  # the database may be briefly away: keep trying
-                log.warning("sync failed: %s", exc)
-                if listener is not None:
-                    with contextlib.suppress(Exception):
-                        listener.close()
-                    listener = None
-                self.stop.wait(1.0)
-                if listener is None:
-                    listener = self._listener()
-        if listener is not None:
-            with contextlib.suppress(Exception):
-                listener.close()
 
 
 # ---------------------------------------------------------------------------- auth dependencies
@@ -329,49 +184,7 @@ def create_app(
     app.state.defrag = defrag
     app.include_router(defrag_router)
 
-    # ------------------------------------------------------------------ errors
-    @app.exception_handler(ApiError)
-    async def _api_error(_req: Request, exc: ApiError) -> JSONResponse:
-        return _error_response(exc)
-
-    @app.exception_handler(BerthError)
-    async def _berth_error(_req: Request, exc: BerthError) -> JSONResponse:
-        return _error_response(_map_error(exc))
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = exc.errors()
-        first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
-        where = _field(tuple(first.get("loc", ())))
-        msg = str(first.get("msg", "invalid")).removeprefix("Value error, ")
-        return _error_response(
-            ApiError(422, "invalid_input", f"{where}: {msg}" if where else msg, field=where or None)
-        )
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(_req: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return _error_response(ApiError(exc.status_code, code, str(exc.detail)))
-
-    @app.exception_handler(DBAPIError)
-    async def _database(_req: Request, exc: DBAPIError) -> JSONResponse:
-        if exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError):
-            log.warning("database unavailable: %s", exc)
-            return _error_response(
-                ApiError(
-                    503,
-                    "database_unavailable",
-                    "the database is unavailable; retry (with the same Idempotency-Key)",
-                    headers={"Retry-After": "1"},
-                )
-            )
-        log.exception("database error")
-        return _error_response(ApiError(500, "internal_error", f"database error: {exc.orig}"))
-
-    @app.exception_handler(Exception)
-    async def _unexpected(_req: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected error")
-        return _error_response(ApiError(500, "internal_error", f"unexpected error: {exc}"))
+    install_handlers(app)
 
     # ------------------------------------------------------------------ health & metrics
     @app.get("/healthz", response_model=s.Health, tags=["service"])
