@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.routing import iter_route_contexts
 
 from berth.fleet.demo import DEMO_NOW
 from berth.store.audit import audit
@@ -37,7 +38,7 @@ def error(resp) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- auth everywhere
 def v1_routes(env: Env) -> list[tuple[str, str]]:
     out = []
-    for route in env.app.routes:
+    for route in iter_route_contexts(env.app.routes):  # the routes of every included router
         path = getattr(route, "path", "")
         if path.startswith("/v1"):
             for method in sorted(getattr(route, "methods", ()) or ()):

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from berth.core.model import Flavor
-from berth.service.app import SyncThread, _event_id
 from berth.service.config import ServiceConfig
 from berth.service.demo import load_fleet_into
 from berth.service.placing.errors import NoPlacementError
 from berth.service.placing.plain import PlaceArgs, choose, place
 from berth.service.replica import Replica
+from berth.service.sync import SyncThread, _event_id
 from berth.store.audit import audit
 from berth.store.repo import EventRow, GroupRow, Store
 from tests.store.fleets import NOW, host, small_fleet

@@ -21,12 +21,11 @@ import logging
 import secrets
 import threading
 import time
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import numpy as np
-from fastapi import APIRouter, Depends, Header, Request
 from prometheus_client import CollectorRegistry, Counter
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 from sqlalchemy.exc import DBAPIError
 
 from berth.core.defrag import (
@@ -39,13 +38,12 @@ from berth.core.defrag import (
     plan_defrag,
     replan_move,
 )
-from berth.core.defrag.admit import MAX_ADMISSION, fitting, plan_admission
+from berth.core.defrag.admit import fitting, plan_admission
 from berth.core.engine import FilterScheduler
 from berth.core.request import RequestSpec
-from berth.service.auth import Authenticator, Principal, require
 from berth.service.errors import ApiError
 from berth.service.replica import ClusterView, Replica
-from berth.service.schemas import Ident, Text
+from berth.service.schemas import AdmissionIn, PlanIn, TargetIn
 from berth.store.defrag import (
     FINAL_STEPS,
     OPEN_STEPS,
@@ -67,101 +65,6 @@ MAX_REPLANS = 3
 """Times one step is given a new target before it is skipped."""
 LEASE_TTL = 30.0
 """Seconds a replica's claim to drive a plan lasts without renewal (its driver renews it)."""
-
-
-# ---------------------------------------------------------------------------- bodies
-class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-Weight = Annotated[float, Field(gt=0.0, le=1e6, allow_inf_nan=False)]
-
-
-class TargetIn(_In):
-    objective: Literal["capacity", "empty-hosts"] = "capacity"
-    flavors: list[Ident] = Field(
-        default_factory=list, max_length=100, description="flavors whose capacity to restore"
-    )
-    weights: list[Weight] | None = Field(None, max_length=100, description="one per flavor")
-    drain: list[Ident] = Field(
-        default_factory=list,
-        max_length=10_000,
-        description="hosts to empty; hosts marked draining are added",
-    )
-
-
-class BudgetIn(_In):
-    max_migrations: int = Field(ge=0, le=100_000)
-    max_per_host: int | None = Field(None, ge=1, le=100_000)
-    max_concurrent: int = Field(1, ge=1, le=1000)
-
-
-class PlanIn(_In):
-    cluster: Ident
-    target: TargetIn
-    budget: BudgetIn
-    seed: int = Field(0, ge=0, le=2**31 - 1)
-
-
-class AdmissionIn(_In):
-    cluster: Ident
-    flavor: Ident
-    availability_zone: Ident | None = None
-    max_migrations: int = Field(
-        1, ge=1, le=MAX_ADMISSION, description="most live migrations to make room"
-    )
-
-
-class ExecuteIn(_In):
-    auto_confirm: bool = Field(
-        False, description="confirm each started step at once (no cloud adapter)"
-    )
-
-
-class AbortIn(_In):
-    reason: Text = "aborted by the adapter"
-
-
-class StepOut(BaseModel):
-    step: int
-    wave: int
-    instance_id: str
-    flavor: str
-    source: str
-    target: str
-    planned_target: str
-    state: str
-    reason: str | None
-    replans: int
-    cells: list[dict[str, Any]]
-    host_use: dict[str, int]
-
-
-class PlanOut(BaseModel):
-    id: str
-    cluster: str
-    state: str
-    target: dict[str, Any]
-    budget: dict[str, Any]
-    before: dict[str, Any]
-    after: dict[str, Any]
-    achieved: dict[str, Any] | None = Field(description="figures measured when the plan ended")
-    auto_confirm: bool
-    owner: str | None
-    reason: str | None
-    created_by: str
-    created_at: float
-    updated_at: float
-    migrations: int
-    steps_by_state: dict[str, int]
-    steps: list[StepOut] | None = None
-
-
-class DrainOut(BaseModel):
-    name: str
-    draining: bool
-    enabled: bool
-    generation: int
 
 
 def _check_flavor(view: ClusterView, cluster: str, name: str, where: str) -> None:
@@ -588,193 +491,3 @@ class DefragThread:
             except Exception as exc:  # the database may be briefly away: keep trying
                 log.warning("defrag driver: %s", exc)
                 self.stop.wait(1.0)
-
-
-# ---------------------------------------------------------------------------- routes
-router = APIRouter(prefix="/v1", tags=["defrag"])
-
-
-def _principal(
-    request: Request, authorization: Annotated[str | None, Header()] = None
-) -> Principal:
-    auth: Authenticator = request.app.state.auth
-    return auth.authenticate(authorization)
-
-
-def _reader(p: Annotated[Principal, Depends(_principal)]) -> Principal:
-    require(p)
-    return p
-
-
-def _operator(p: Annotated[Principal, Depends(_principal)]) -> Principal:
-    require(p, write=True)
-    return p
-
-
-Reader = Annotated[Principal, Depends(_reader)]
-Operator = Annotated[Principal, Depends(_operator)]
-StepNo = Annotated[int, Field(ge=0, le=1_000_000)]
-
-
-def _service(request: Request) -> DefragService:
-    service: DefragService = request.app.state.defrag
-    return service
-
-
-Service = Annotated[DefragService, Depends(_service)]
-
-
-def _step_out(s: StepRow) -> StepOut:
-    fp = s.footprint
-    cells = [
-        {"cell": i, **c}
-        for i, c in enumerate(fp["cells"])
-        if any(c.get(k) for k in ("vcpus", "pcpus", "memory_mb", "hugepages_mb")) or c.get("pci")
-    ]
-    return StepOut(
-        step=s.step,
-        wave=s.wave,
-        instance_id=s.instance_id,
-        flavor=s.flavor,
-        source=s.source,
-        target=s.target,
-        planned_target=s.planned_target,
-        state=s.state,
-        reason=s.reason,
-        replans=s.replans,
-        cells=cells,
-        host_use=fp["host"],
-    )
-
-
-def plan_out(p: PlanRow, steps: list[StepRow], *, with_steps: bool = True) -> PlanOut:
-    by_state: dict[str, int] = {}
-    for s in steps:
-        by_state[s.state] = by_state.get(s.state, 0) + 1
-    return PlanOut(
-        id=p.id,
-        cluster=p.cluster,
-        state=p.state,
-        target=p.target,
-        budget=p.budget,
-        before=p.before,
-        after=p.after,
-        achieved=p.achieved,
-        auto_confirm=p.auto_confirm,
-        owner=p.owner,
-        reason=p.reason,
-        created_by=p.created_by,
-        created_at=p.created_at,
-        updated_at=p.updated_at,
-        migrations=len(steps),
-        steps_by_state=by_state,
-        steps=[_step_out(s) for s in steps] if with_steps else None,
-    )
-
-
-def _full(service: DefragService, plan: PlanRow) -> PlanOut:
-    return plan_out(plan, service.store.steps(plan.id))
-
-
-@router.post("/defrag/plans", status_code=201, response_model=PlanOut)
-def create_plan(body: PlanIn, p: Operator, service: Service) -> PlanOut:
-    """Plan live migrations for a cluster (on this replica's current table) and store the plan
-    (state `planned`); the answer carries every step and the before/after figures."""
-    return _full(service, service.create(body, p.name))
-
-
-@router.post("/defrag/admissions", status_code=201, response_model=PlanOut)
-def create_admission(body: AdmissionIn, p: Operator, service: Service) -> PlanOut:
-    """Admission by migration: the fewest live migrations (at most `max_migrations`) after which
-    one instance of `flavor` fits on one host of the cluster, stored as a plan (state `planned`;
-    execute it like any plan, then place the instance). 409 `fits_already` when it fits as it
-    is, 409 `no_admission` when no such migrations exist."""
-    return _full(service, service.admit(body, p.name))
-
-
-@router.get("/defrag/plans", response_model=list[PlanOut])
-def list_plans(
-    _p: Reader,
-    service: Service,
-    cluster: Ident | None = None,
-    state: Literal["planned", "running", "paused", "cancelled", "done", "failed"] | None = None,
-) -> list[PlanOut]:
-    """Plans, oldest first, without their steps (`GET /v1/defrag/plans/{id}` has them)."""
-    plans = service.store.list_plans(cluster=cluster, states=None if state is None else (state,))
-    return [plan_out(pl, service.store.steps(pl.id), with_steps=False) for pl in plans]
-
-
-@router.get("/defrag/plans/{plan_id}", response_model=PlanOut)
-def get_plan(plan_id: Ident, _p: Reader, service: Service) -> PlanOut:
-    return _full(service, service.store.get_plan(plan_id))
-
-
-@router.post("/defrag/plans/{plan_id}/execute", response_model=PlanOut)
-def execute_plan(
-    plan_id: Ident, _p: Operator, service: Service, body: ExecuteIn | None = None
-) -> PlanOut:
-    """Start carrying out a planned plan (409 `plan_state` otherwise, or when the cluster
-    already runs another plan)."""
-    auto = body.auto_confirm if body is not None else False
-    return _full(service, service.execute(plan_id, auto))
-
-
-@router.post("/defrag/plans/{plan_id}/pause", response_model=PlanOut)
-def pause_plan(plan_id: Ident, _p: Operator, service: Service) -> PlanOut:
-    """No new steps start; steps in flight may still be confirmed or aborted."""
-    return _full(service, service.pause(plan_id))
-
-
-@router.post("/defrag/plans/{plan_id}/resume", response_model=PlanOut)
-def resume_plan(plan_id: Ident, _p: Operator, service: Service) -> PlanOut:
-    return _full(service, service.resume(plan_id))
-
-
-@router.post("/defrag/plans/{plan_id}/cancel", response_model=PlanOut)
-def cancel_plan(plan_id: Ident, _p: Operator, service: Service) -> PlanOut:
-    """No new steps; steps in flight are aborted (their target claims released); steps already
-    confirmed stay where they are."""
-    return _full(service, service.cancel(plan_id, "cancelled"))
-
-
-@router.post("/defrag/plans/{plan_id}/steps/{step}/confirm", response_model=StepOut)
-def confirm_step(plan_id: Ident, step: StepNo, _p: Operator, service: Service) -> StepOut:
-    """The cloud's adapter reports the live migration finished: the instance moves to the target."""
-    return _step_out(service.confirm(plan_id, step))
-
-
-@router.post("/defrag/plans/{plan_id}/steps/{step}/abort", response_model=StepOut)
-def abort_step(
-    plan_id: Ident, step: StepNo, _p: Operator, service: Service, body: AbortIn | None = None
-) -> StepOut:
-    """The live migration failed: the target claim is released, the instance stays."""
-    reason = body.reason if body is not None else AbortIn().reason
-    return _step_out(service.abort(plan_id, step, reason))
-
-
-def _drain_out(name: str, ev: EventRow) -> DrainOut:
-    return DrainOut(
-        name=name,
-        draining=bool(ev.payload["draining"]),
-        enabled=bool(ev.payload["enabled"]),
-        generation=int(ev.generation or 0),
-    )
-
-
-@router.put("/hosts/{name}/drain", response_model=DrainOut, tags=["hosts"])
-def drain_host(name: Ident, _p: Operator, service: Service) -> DrainOut:
-    """Mark a host for drain: no new placements, never a migration target; defrag plans of its
-    cluster empty it."""
-    return _drain_out(name, service.drain(name, True))
-
-
-@router.delete("/hosts/{name}/drain", response_model=DrainOut, tags=["hosts"])
-def undrain_host(name: Ident, _p: Operator, service: Service) -> DrainOut:
-    """The host takes placements again (if enabled)."""
-    return _drain_out(name, service.drain(name, False))
-
-
-@router.get("/defrag/draining", response_model=list[str])
-def draining_hosts(_p: Reader, service: Service) -> list[str]:
-    """Names of the hosts marked for drain."""
-    return sorted(service.store.draining())

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from berth.core.defrag.admit import MAX_ADMISSION
 from berth.core.model import DiskKind, GroupPolicy, NumaCell
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$"
@@ -378,3 +379,94 @@ class Health(BaseModel):
     database: str
     last_event_id: int
     hosts: int
+
+
+# ---------------------------------------------------------------------------- defrag
+Weight = Annotated[float, Field(gt=0.0, le=1e6, allow_inf_nan=False)]
+
+
+class TargetIn(_In):
+    objective: Literal["capacity", "empty-hosts"] = "capacity"
+    flavors: list[Ident] = Field(
+        default_factory=list, max_length=100, description="flavors whose capacity to restore"
+    )
+    weights: list[Weight] | None = Field(None, max_length=100, description="one per flavor")
+    drain: list[Ident] = Field(
+        default_factory=list,
+        max_length=10_000,
+        description="hosts to empty; hosts marked draining are added",
+    )
+
+
+class BudgetIn(_In):
+    max_migrations: int = Field(ge=0, le=100_000)
+    max_per_host: int | None = Field(None, ge=1, le=100_000)
+    max_concurrent: int = Field(1, ge=1, le=1000)
+
+
+class PlanIn(_In):
+    cluster: Ident
+    target: TargetIn
+    budget: BudgetIn
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+
+
+class AdmissionIn(_In):
+    cluster: Ident
+    flavor: Ident
+    availability_zone: Ident | None = None
+    max_migrations: int = Field(
+        1, ge=1, le=MAX_ADMISSION, description="most live migrations to make room"
+    )
+
+
+class ExecuteIn(_In):
+    auto_confirm: bool = Field(
+        False, description="confirm each started step at once (no cloud adapter)"
+    )
+
+
+class AbortIn(_In):
+    reason: Text = "aborted by the adapter"
+
+
+class StepOut(BaseModel):
+    step: int
+    wave: int
+    instance_id: str
+    flavor: str
+    source: str
+    target: str
+    planned_target: str
+    state: str
+    reason: str | None
+    replans: int
+    cells: list[dict[str, Any]]
+    host_use: dict[str, int]
+
+
+class PlanOut(BaseModel):
+    id: str
+    cluster: str
+    state: str
+    target: dict[str, Any]
+    budget: dict[str, Any]
+    before: dict[str, Any]
+    after: dict[str, Any]
+    achieved: dict[str, Any] | None = Field(description="figures measured when the plan ended")
+    auto_confirm: bool
+    owner: str | None
+    reason: str | None
+    created_by: str
+    created_at: float
+    updated_at: float
+    migrations: int
+    steps_by_state: dict[str, int]
+    steps: list[StepOut] | None = None
+
+
+class DrainOut(BaseModel):
+    name: str
+    draining: bool
+    enabled: bool
+    generation: int

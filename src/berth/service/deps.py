@@ -1,0 +1,112 @@
+"""The FastAPI dependencies every router uses: the caller's role, Idempotency-Key, shared objects.
+
+Who is calling comes from the bearer token (`berth.service.auth`); the shared objects (store,
+replica, metrics, ...) from `request.app.state`.
+
+The dependencies are coroutines: FastAPI runs a plain function dependency in the thread pool, a
+hand-off to a worker thread and back per request. A cached token needs no I/O, so it is answered
+on the event loop; only a cache miss (once per token and TTL) goes to a thread. The shared
+objects are read from `app.state`, set once by `berth.service.app.create_app`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Header, Request
+from starlette.concurrency import run_in_threadpool
+
+from berth.service.auth import Authenticator, Principal, require
+from berth.service.config import ServiceConfig
+from berth.service.defrag import DefragService
+from berth.service.errors import ApiError
+from berth.service.metrics import Metrics
+from berth.service.replica import Replica
+from berth.store.repo import Store
+
+
+# ---------------------------------------------------------------------------- who is calling
+async def _principal(
+    request: Request, authorization: Annotated[str | None, Header()] = None
+) -> Principal:
+    auth: Authenticator = request.app.state.auth
+    found = auth.cached(authorization)
+    if found is None:
+        found = await run_in_threadpool(auth.authenticate, authorization)
+    return found
+
+
+async def _reader(p: Annotated[Principal, Depends(_principal)]) -> Principal:
+    require(p)
+    return p
+
+
+async def _operator(p: Annotated[Principal, Depends(_principal)]) -> Principal:
+    require(p, write=True)
+    return p
+
+
+async def _admin(p: Annotated[Principal, Depends(_principal)]) -> Principal:
+    require(p, admin=True)
+    return p
+
+
+Who = Annotated[Principal, Depends(_principal)]
+"""Any valid token (tenant routes check the project themselves)."""
+Reader = Annotated[Principal, Depends(_reader)]
+"""Fleet reads: any role but tenant."""
+Operator = Annotated[Principal, Depends(_operator)]
+"""Fleet writes: operator or admin."""
+Admin = Annotated[Principal, Depends(_admin)]
+"""Tokens: admin only."""
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(max_length=128, pattern=r"^[\x21-\x7e]+$", description="makes retries safe"),
+]
+
+
+def deny_reader(p: Principal, action: str) -> None:
+    """Placements, instances and deployment sets take any role but reader (a tenant acts for
+    its own project); 403 naming the `action` refused."""
+    if p.role == "reader":
+        raise ApiError(403, "forbidden", f"role 'reader' cannot {action}")
+
+
+# ---------------------------------------------------------------------------- shared objects
+async def _config(request: Request) -> ServiceConfig:
+    config: ServiceConfig = request.app.state.config
+    return config
+
+
+async def _store(request: Request) -> Store:
+    store: Store = request.app.state.store
+    return store
+
+
+async def _replica(request: Request) -> Replica:
+    replica: Replica = request.app.state.replica
+    return replica
+
+
+async def _metrics(request: Request) -> Metrics:
+    metrics: Metrics = request.app.state.metrics
+    return metrics
+
+
+async def _auth(request: Request) -> Authenticator:
+    auth: Authenticator = request.app.state.auth
+    return auth
+
+
+async def _defrag(request: Request) -> DefragService:
+    defrag: DefragService = request.app.state.defrag
+    return defrag
+
+
+ConfigDep = Annotated[ServiceConfig, Depends(_config)]
+StoreDep = Annotated[Store, Depends(_store)]
+ReplicaDep = Annotated[Replica, Depends(_replica)]
+MetricsDep = Annotated[Metrics, Depends(_metrics)]
+AuthDep = Annotated[Authenticator, Depends(_auth)]
+DefragDep = Annotated[DefragService, Depends(_defrag)]

@@ -1,0 +1,1 @@
+"""The REST routes, one `APIRouter` per resource; `berth.service.app` includes them all."""

@@ -1,0 +1,191 @@
+"""Placements: choose hosts for `count` instances and claim them (`Replica.place`); read one."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from berth.service import schemas as s
+from berth.service.bodies import cell_dicts, instance_out
+from berth.service.deps import IdempotencyKey, MetricsDep, ReplicaDep, StoreDep, Who, deny_reader
+from berth.service.errors import ApiError, ErrorBody, not_found
+from berth.service.idempotency import idempotent, replay_stored
+from berth.service.placing.errors import ContentionError, NoPlacementError
+from berth.service.placing.plain import PlaceArgs, Placed, place, record_failure
+from berth.service.replica import Replica
+from berth.store.errors import IdempotencyRaceError, NotFoundError
+from berth.store.footprint import to_named
+from berth.store.repo import Store
+
+router = APIRouter(prefix="/v1", tags=["placement"])
+
+
+def _placement_out(replica: Replica, args: PlaceArgs, placed: Placed) -> dict[str, Any]:
+    """The 201 body as plain JSON data (the shape of `PlacementOut`, built without models:
+    this runs once per placement)."""
+    table = replica.clusters[placed.cluster].table
+    now = time.time()
+    instances = []
+    for sel in placed.decision.selections:
+        fp = to_named(sel.cell_use, sel.host_use, table.device_types)
+        instances.append(
+            {
+                "id": sel.instance_id,
+                "project": args.project,
+                "flavor": args.flavor,
+                "host": sel.host,
+                "cluster": placed.cluster,
+                "deployment_set": args.deployment_set,
+                "placement_id": placed.placement_id,
+                "business_type": args.business_type,
+                "preemptible": args.business_type == "preemptible",
+                "cells": cell_dicts(fp),
+                "host_use": fp["host"],
+                "created_at": now,
+            }
+        )
+    return {
+        "id": placed.placement_id,
+        "flavor": args.flavor,
+        "project": args.project,
+        "cluster": placed.cluster,
+        "instances": instances,
+        "alternates": {sel.instance_id: list(sel.alternates) for sel in placed.decision.selections},
+        "evicted": placed.evicted,
+        "decision_ms": round(placed.decision_ms, 3),
+        "attempts": placed.attempts,
+    }
+
+
+def _network_cluster(store: Store, body: s.PlacementIn) -> str | None:
+    """The cluster the request's network pins it to (else the requested cluster); 422 for an
+    unknown network or one of another cluster, 409 when the network has too few free IPs."""
+    cluster = body.cluster
+    if body.network is None:
+        return cluster
+    nets = {n["name"]: n for n in store.list_ip_pools()}
+    net = nets.get(body.network)
+    if net is None:
+        raise ApiError(
+            422,
+            "invalid_reference",
+            f"network: unknown network {body.network!r}",
+            field="network",
+        )
+    if cluster is not None and cluster != net["cluster"]:
+        raise ApiError(
+            422,
+            "invalid_input",
+            f"network: {body.network!r} belongs to cluster {net['cluster']!r}, not {cluster!r}",
+            field="network",
+        )
+    if net["total"] - net["used"] < body.count:
+        raise ApiError(
+            409,
+            "no_valid_host",
+            f"network {body.network} has {net['total'] - net['used']} free IPs, "
+            f"{body.count} needed",
+            details={"reason": "insufficient_ips"},
+        )
+    return net["cluster"]
+
+
+def _place_args(store: Store, body: s.PlacementIn, project: str) -> PlaceArgs:
+    """The replica's arguments for the request: its image looked up, its network's cluster."""
+    image = None
+    if body.image is not None:
+        try:
+            image = store.get_image(body.image)
+        except NotFoundError:
+            raise ApiError(
+                422, "invalid_reference", f"image: unknown image {body.image!r}", field="image"
+            ) from None
+    cluster = _network_cluster(store, body)
+    return PlaceArgs(
+        flavor=body.flavor,
+        count=body.count,
+        project=project,
+        region=body.region,
+        cluster=cluster,
+        pool=body.pool,
+        availability_zone=body.availability_zone,
+        image=image,
+        deployment_set=body.deployment_set,
+        same_host=tuple(body.same_host),
+        different_host=tuple(body.different_host),
+        business_type=body.business_type,
+        seed=body.seed,
+        network=body.network,
+    )
+
+
+@router.post(
+    "/placements",
+    status_code=201,
+    response_model=s.PlacementOut,
+    responses={409: {"model": ErrorBody, "description": "no valid host (with the diagnosis)"}},
+)
+def create_placement(
+    body: s.PlacementIn,
+    p: Who,
+    store: StoreDep,
+    replica: ReplicaDep,
+    metrics: MetricsDep,
+    idempotency_key: IdempotencyKey = None,
+) -> Any:
+    """Choose hosts for `count` instances (all or nothing) and claim them.
+
+    With an `Idempotency-Key`, a retried request returns the first answer and never
+    places twice (the key is stored in the claim's own transaction).
+    """
+    deny_reader(p, "place instances")
+    started = time.perf_counter()
+    project = p.project_for(body.project)
+    args = _place_args(store, body, project)
+    idem, replayed = idempotent(
+        store, p, idempotency_key, {**body.model_dump(mode="json"), "project": project}
+    )
+    if replayed is not None:
+        return replayed
+    try:
+        placed = place(
+            replica,
+            args,
+            idempotency=idem,
+            response=lambda pl: _placement_out(replica, args, pl),
+        )
+    except IdempotencyRaceError:
+        assert idem is not None
+        return replay_stored(store, idem)
+    except NoPlacementError as exc:
+        metrics.placements.labels("failure", exc.reason).inc()
+        metrics.placement.observe(time.perf_counter() - started)
+        record_failure(replica, args, exc.reason, started)
+        raise
+    except ContentionError:
+        metrics.placements.labels("failure", "contention").inc()
+        record_failure(replica, args, "contention", started)
+        raise
+    metrics.placements.labels("success", "placed").inc()
+    metrics.placement.observe(time.perf_counter() - started)
+    if placed.attempts > 1:
+        metrics.conflicts.inc(placed.attempts - 1)
+    answer = placed.response or _placement_out(replica, args, placed)
+    return JSONResponse(answer, status_code=201)
+
+
+@router.get("/placements/{placement_id}", response_model=s.PlacementOut)
+def get_placement(placement_id: s.Ident, p: Who, store: StoreDep) -> s.PlacementOut:
+    rows = store.list_instances(placement_id=placement_id, project=p.visible_project())
+    if not rows:
+        raise not_found("placement", placement_id)
+    return s.PlacementOut(
+        id=placement_id,
+        flavor=rows[0].flavor,
+        project=rows[0].project,
+        cluster=rows[0].cluster,
+        instances=[instance_out(r) for r in rows],
+    )

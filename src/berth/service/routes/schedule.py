@@ -1,0 +1,149 @@
+"""The multi-cloud pipeline route, `/v1/schedule` (needs `berth serve --policy FILE`)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from berth.policy.errors import MultiCloudInputError
+from berth.policy.outcome import ScheduleRequest
+from berth.service import schemas as s
+from berth.service.bodies import cells
+from berth.service.deps import IdempotencyKey, MetricsDep, ReplicaDep, StoreDep, Who, deny_reader
+from berth.service.errors import ApiError, ErrorBody, policy_not_configured
+from berth.service.idempotency import idempotent, replay_stored
+from berth.service.placing.multicloud import PolicyFailureError, Scheduled
+from berth.service.placing.multicloud import schedule as policy_schedule
+from berth.service.policy_topology import policy_engine
+from berth.service.replica import Replica
+from berth.store.errors import IdempotencyRaceError
+from berth.store.footprint import to_named
+from berth.store.repo import Outcome
+
+router = APIRouter(prefix="/v1", tags=["placement"])
+
+CAPACITY_STEPS = ("placement", "preemption", "deployment_set", "preemptible_limit", "precheck")
+"""Pipeline steps whose failure means no room (409 `no_valid_host`); others are bad input."""
+
+
+def _schedule_out(
+    replica: Replica, req: s.ScheduleIn, project: str, done: Scheduled
+) -> dict[str, Any]:
+    pl = done.placement
+    table = replica.clusters[pl.cluster].table
+    info = pl.to_dict()
+    now = time.time()
+    out = s.ScheduleOut(
+        id=done.placement_id,
+        region=pl.region,
+        idc=pl.idc,
+        cluster=pl.cluster,
+        pool=pl.pool,
+        variant=pl.variant,
+        flavor=pl.flavor,
+        network=pl.network,
+        project=project,
+        instances=[
+            s.InstanceOut(
+                id=sel.instance_id,
+                project=project,
+                flavor=pl.flavor,
+                host=sel.host,
+                cluster=pl.cluster,
+                deployment_set=req.deployment_set,
+                placement_id=done.placement_id,
+                business_type=req.business,
+                preemptible=req.business == "preemptible",
+                cells=cells(fp := to_named(sel.cell_use, sel.host_use, table.device_types)),
+                host_use=fp["host"],
+                created_at=now,
+            )
+            for sel in pl.decision.selections
+        ],
+        evicted=list(pl.evictions),
+        candidates=info["candidates"],
+        attempts=info["attempts"],
+        rejections=info["rejections"],
+        decision_ms=round(done.decision_ms, 3),
+        commit_attempts=done.attempts,
+    )
+    return out.model_dump(mode="json")
+
+
+@router.post(
+    "/schedule",
+    status_code=201,
+    response_model=s.ScheduleOut,
+    responses={409: {"model": ErrorBody, "description": "the pipeline's explained failure"}},
+)
+def schedule_request(
+    body: s.ScheduleIn,
+    p: Who,
+    store: StoreDep,
+    replica: ReplicaDep,
+    metrics: MetricsDep,
+    idempotency_key: IdempotencyKey = None,
+) -> Any:
+    """The multi-cloud pipeline (needs `berth serve --policy FILE`): pre-check per IDC and
+    cluster, deployment set, flavor variants by business type and user, placement in a
+    pool, preemption; then the same optimistic commit as /v1/placements."""
+    deny_reader(p, "place instances")
+    if policy_engine(replica) is None:
+        raise policy_not_configured()
+    started = time.perf_counter()
+    project = p.project_for(body.project)
+    request = ScheduleRequest(
+        region=body.region,
+        flavor=body.flavor,
+        count=body.count,
+        business=body.business,
+        user=body.user,
+        deployment_set=body.deployment_set,
+        image=body.image,
+        network=body.network,
+        project=project,
+        seed=body.seed,
+    )
+    idem, replayed = idempotent(
+        store,
+        p,
+        idempotency_key,
+        {**body.model_dump(mode="json"), "project": project, "route": "schedule"},
+    )
+    if replayed is not None:
+        return replayed
+    try:
+        done = policy_schedule(
+            replica,
+            request,
+            idempotency=idem,
+            response=lambda d: _schedule_out(replica, body, project, d),
+        )
+    except IdempotencyRaceError:
+        assert idem is not None
+        return replay_stored(store, idem)
+    except PolicyFailureError as exc:
+        f = exc.failure
+        metrics.placements.labels("failure", f.code).inc()
+        replica.store.record_outcome(
+            Outcome(
+                "failure",
+                f.code,
+                body.flavor,
+                project,
+                body.count,
+                (time.perf_counter() - started) * 1e3,
+            )
+        )
+        status, code = (409, "no_valid_host") if f.step in CAPACITY_STEPS else (422, f.code)
+        raise ApiError(status, code, f.message, details=f.to_dict()) from None
+    except MultiCloudInputError as exc:
+        text = str(exc)
+        where = text[2:].split(":", 1)[0] if text.startswith("--") else None
+        raise ApiError(422, "invalid_input", text.removeprefix("--"), field=where) from None
+    metrics.placements.labels("success", "placed").inc()
+    metrics.placement.observe(time.perf_counter() - started)
+    return JSONResponse(done.response or {}, status_code=201)
