@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit postgres bench clean
+.PHONY: run test lint typecheck unit quick postgres bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,8 +26,17 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# The tests run in parallel, one pytest-xdist worker per CPU (TEST_WORKERS=0: in this process).
+# The slow end-to-end ones start first, so no worker is left alone with one at the end.
+TEST_WORKERS ?= auto
+PYTEST := $(BIN)/pytest -q -n $(TEST_WORKERS)
+
 unit: $(STAMP) postgres
-	$(BIN)/pytest -q
+	$(PYTEST)
+
+# The quick loop while developing: every test but the slow end-to-end ones (`make test` runs all).
+quick: $(STAMP) postgres
+	$(PYTEST) -m "not slow"
 
 # The store and service tests need PostgreSQL: use a running server, else start or install one.
 postgres:
