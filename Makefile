@@ -27,9 +27,11 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 # The tests run in parallel, one pytest-xdist worker per CPU (TEST_WORKERS=0: in this process).
-# The slow end-to-end ones start first, so no worker is left alone with one at the end.
+# The slow end-to-end ones are collected first (tests/conftest.py) and handed out one at a time
+# (--maxschedchunk 1): the longest start at once on every worker, and no worker is left alone
+# with one at the end (xdist's default chunks gave them all to the first worker).
 TEST_WORKERS ?= auto
-PYTEST := $(BIN)/pytest -q -n $(TEST_WORKERS)
+PYTEST := $(BIN)/pytest -q -n $(TEST_WORKERS) --maxschedchunk 1
 
 unit: $(STAMP) postgres
 	$(PYTEST)

@@ -32,8 +32,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist, the slow tests first (a stable sort, the same on every worker).
 
-    xdist hands tests out in collection order, so the long end-to-end tests start at once on
-    every worker instead of one of them ending the run alone.
+    xdist hands tests out in collection order (one at a time with `--maxschedchunk 1`, as the
+    Makefile runs it), so the long end-to-end tests start at once on every worker instead of one
+    of them ending the run alone.
     """
     if os.environ.get("PYTEST_XDIST_WORKER"):
         items.sort(key=lambda item: item.get_closest_marker("slow") is None)
