@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit postgres bench clean
+.PHONY: run test lint typecheck unit quick postgres bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,8 +26,19 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# The tests run in parallel, one pytest-xdist worker per CPU (TEST_WORKERS=0: in this process).
+# The slow end-to-end ones are collected first (tests/conftest.py) and handed out one at a time
+# (--maxschedchunk 1): the longest start at once on every worker, and no worker is left alone
+# with one at the end (xdist's default chunks gave them all to the first worker).
+TEST_WORKERS ?= auto
+PYTEST := $(BIN)/pytest -q -n $(TEST_WORKERS) --maxschedchunk 1
+
 unit: $(STAMP) postgres
-	$(BIN)/pytest -q
+	$(PYTEST)
+
+# The quick loop while developing: every test but the slow end-to-end ones (`make test` runs all).
+quick: $(STAMP) postgres
+	$(PYTEST) -m "not slow"
 
 # The store and service tests need PostgreSQL: use a running server, else start or install one.
 postgres:

@@ -144,6 +144,7 @@ def check_footprint(table: HostTable, flavor: str, cell_use: Any, host_use: Any)
 # ---------------------------------------------------------------------------- (1) accounting
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(1.2))
 @given(table=tables(), sched=schedulers, data=st.data())
 def test_placements_never_overcommit(table, sched, data):
@@ -164,6 +165,7 @@ def test_placements_never_overcommit(table, sched, data):
 # ---------------------------------------------------------------------------- (2) capacity
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES, ids=[m.name for m in MODES])
 @settings(max_examples=examples(0.8))
 @given(data=st.data())

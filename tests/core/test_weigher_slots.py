@@ -125,6 +125,7 @@ def test_slot_loss_unknown_reference_flavor():
         raw(weigher, _table(), "small")
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(table=tables(max_hosts=5), data=st.data())
 def test_slot_loss_follows_claims(table, data):

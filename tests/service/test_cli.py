@@ -7,6 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from berth.cli.main import app
@@ -43,6 +44,7 @@ def test_db_and_admin_commands(tmp_path: Path):
     assert "'hosts': 235" in topo.output
 
 
+@pytest.mark.slow
 def test_serve_and_the_api_client(tmp_path: Path):
     db = f"sqlite:///{tmp_path / 'berth.db'}"
     server = start(db, "cli", tmp_path, "--load-demo", "--print-admin-token")

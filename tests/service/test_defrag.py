@@ -587,13 +587,16 @@ def test_states_and_unknown_things_answer_4xx(svc):
     assert listed[0]["steps"] is None
 
 
+@pytest.mark.slow
 def test_the_cli_drives_a_plan_on_a_real_server(tmp_path):
     db = f"sqlite:///{tmp_path / 'berth.db'}"
     seed = Store.open(db, replica="loader")
     load_fleet_into(seed, fragmented_fleet(), {"c1": "r1"}, now=time.time())
     token = seed.create_token("admin", "admin")[1]
     seed.close()
-    server = servers.start(db, "defrag", tmp_path)
+    # the hosts heartbeat once, at loading: on a loaded machine the test outlives the default
+    # 60 s service-down time, which would take every host down and the capacity with it
+    server = servers.start(db, "defrag", tmp_path, "--service-down-time", "3600")
     try:
         servers.wait_ready([server])
         common = ["--url", server.url, "--token", token]
@@ -674,6 +677,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
     return path, toks
 
 
+@pytest.mark.slow
 @given(data=st.data())
 @settings(max_examples=25)
 def test_any_interleaving_keeps_the_fleet_consistent_and_replicas_exact(template, data):

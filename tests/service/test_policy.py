@@ -176,6 +176,7 @@ def test_capacity_report_by_variant(penv: Env, by: str):
     assert penv.get("/v1/capacity/report", "alpha").status_code == 403
 
 
+@pytest.mark.slow
 def test_stale_replicas_keep_a_rack_scoped_set_apart(db_url: str):
     """Two replicas schedule into the demo's rack-scoped set without syncing in between: the
     set's generation makes the stale one catch up, so no rack holds two members."""

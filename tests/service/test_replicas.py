@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from berth.service.demo import load_fleet_into
 from berth.store.audit import audit
@@ -85,6 +86,7 @@ def client(
                 outcomes.append(outcome)
 
 
+@pytest.mark.slow
 def test_replicas_survive_a_sigkill_without_double_booking(tmp_path: Path):
     with fresh_pg_database() as url:
         token = prepare(url)

@@ -223,6 +223,7 @@ per_cluster: {tiny: 2}
 """
 
 
+@pytest.mark.slow
 def test_simulate_with_defrag_every(tmp_path):
     from typer.testing import CliRunner
 

@@ -73,6 +73,7 @@ def test_lean_filters_keep_what_the_trace_needs():
     assert [w.name for w in cfg.weighers] == ["ram"]  # no soft groups: soft weighers dropped
 
 
+@pytest.mark.slow
 def test_simulate_writes_report_metrics_and_plots(tmp_path):
     trace = tmp_path / "t.csv"
     trace.write_text(TRACE)

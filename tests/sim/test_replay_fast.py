@@ -20,6 +20,7 @@ TRACE = generate(SyntheticConfig(seed=3, days=0.25, history_days=3.0))
 FLEET, _ = load_fleet_or_sizing("6xstd-2s+1xssd-2s+1xdpdk-2s", TRACE)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["nova", "first_fit", "best_fit", "worst_fit", "berth"])
 def test_fast_path_places_every_request_as_the_general_path(policy):
     runs = {}

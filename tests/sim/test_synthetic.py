@@ -95,6 +95,7 @@ def _comparable(sim: Simulation, run: PolicyRun) -> dict[str, Any]:
     return s
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["nova", "berth"])
 def test_replays_are_deterministic(policy):
     sim1, r1 = _replay(policy)

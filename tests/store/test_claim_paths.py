@@ -135,6 +135,7 @@ def _rows(store: Store, after: int) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 @settings(
     max_examples=25,
     deadline=None,
