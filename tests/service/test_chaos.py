@@ -39,12 +39,14 @@ import psycopg
 import pytest
 from sqlalchemy import text
 
+from berth.service.config import ServiceConfig
 from berth.service.demo import load_fleet_into
+from berth.service.replica import Replica
 from berth.store.audit import audit_by_invariant, usage_from_rows
 from berth.store.repo import GroupRow, Store
 from tests.service.pgcluster import PgCluster, private_cluster
 from tests.service.servers import Server, start, wait_ready
-from tests.store.fleets import small_fleet
+from tests.store.fleets import NOW, claim_one, small_fleet
 
 # Invariants that fail on main for a known, open reason: a failure of one of these alone makes
 # the test xfail with the reason (a pass still passes). Remove an entry once its fix is merged;
@@ -328,3 +330,26 @@ def test_replicas_keep_every_invariant_under_chaos(pg: PgCluster, tmp_path: Path
         for s in servers:
             s.stop()
     verdict(found)
+
+
+def test_the_audit_finds_a_split_affinity_set_and_gives_the_replicas_usage(tmp_path: Path) -> None:
+    """The row audits the chaos test relies on: an affinity set split over two hosts is found
+    (and nothing else), and the usage from the rows is what a replica loading them reports."""
+    store = Store.open(f"sqlite:///{tmp_path / 'berth.db'}", replica="audit")
+    fleet = small_fleet(2, zones=CLUSTERS)
+    load_fleet_into(store, fleet, dict.fromkeys(CLUSTERS, "r1"), now=NOW)
+    store.add_group(GroupRow("aff", "default", "affinity", 1, 3, 0))
+    claim_one(store, fleet, "i-a", "h-c1-0", group="aff")
+    assert all(not found for found in audit_by_invariant(store).values())
+    claim_one(store, fleet, "i-b", "h-c2-1", "p8", group="aff", group_generation=1)
+    found = audit_by_invariant(store)
+    assert found["affinity"] == [
+        "affinity deployment set aff has members on hosts ['h-c1-0', 'h-c2-1']"
+    ]
+    assert [name for name, problems in found.items() if problems] == ["affinity"]
+    replica = Replica(store, ServiceConfig(db_url="sqlite://", replica_id="audit"), lambda: NOW)
+    replica.reload()
+    rows = usage_from_rows(store)
+    assert rows == {h.name: replica.host_usage(h.name) for h in fleet.hosts}
+    assert rows["h-c2-1"]["pinned_cpus_used"] == 8
+    store.close()
