@@ -15,6 +15,9 @@ from berth.store.errors import AlreadyExistsError, InUseError, InvalidReferenceE
 from berth.store.instances import an_instance
 from berth.store.records import EventRow, HostRecord
 
+_CHUNK = 5000
+"""Hosts per UPDATE of the bulk heartbeat (SQLite allows 32,766 parameters a statement)."""
+
 
 class Hosts(Database):
     """Adding, removing, reading and reporting hosts."""
@@ -161,20 +164,34 @@ class Hosts(Database):
     def touch_heartbeats(self, now: float, max_age: float) -> int:
         """Heartbeat, at `now`, every host whose last heartbeat is within `max_age` of the
         freshest one (`berth serve --simulate-agents`, the demo's stand-in for compute agents:
-        hosts that were down stay down, even after the service was stopped for a while)."""
+        hosts that were down stay down, even after the service was stopped for a while).
+
+        The rows are locked in name order first, the order a placement locks the hosts it
+        touches (`berth.store.pgclaim`): one bulk UPDATE would lock them in the order it finds
+        them on disk, and deadlock with a placement on PostgreSQL.
+        """
         with self._write() as conn:
             freshest = conn.execute(select(func.max(t.hosts.c.last_heartbeat))).scalar()
             if freshest is None:
                 return 0
-            res = conn.execute(
-                update(t.hosts)
-                .where(
-                    t.hosts.c.last_heartbeat >= min(now, float(freshest)) - max_age,
-                    t.hosts.c.last_heartbeat < now,
-                )
-                .values(last_heartbeat=now)
+            names = list(
+                conn.execute(
+                    select(t.hosts.c.name)
+                    .where(
+                        t.hosts.c.last_heartbeat >= min(now, float(freshest)) - max_age,
+                        t.hosts.c.last_heartbeat < now,
+                    )
+                    .order_by(t.hosts.c.name)
+                    .with_for_update(key_share=True)
+                ).scalars()
             )
-            return int(res.rowcount)
+            for chunk in range(0, len(names), _CHUNK):
+                conn.execute(
+                    update(t.hosts)
+                    .where(t.hosts.c.name.in_(names[chunk : chunk + _CHUNK]))
+                    .values(last_heartbeat=now)
+                )
+            return len(names)
 
     def reconcile(self, hosts: Sequence[str] | None = None) -> list[EventRow]:
         """Compare each host's latest reported instances with the instances Berth records.
@@ -193,6 +210,7 @@ class Hosts(Database):
             )
             if hosts is not None:
                 q = q.where(t.hosts.c.name.in_(hosts))
+            q = q.order_by(t.hosts.c.name)  # the hosts' rows are locked in name order
             found = []
             for row in conn.execute(q).all():
                 reported = row.report.get("instances")
