@@ -9,10 +9,12 @@ is made to run after 20 ms instead of a second, so that a few seconds show it.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
+import psycopg
 import pytest
 
 from berth.core.table import HostTable
@@ -107,3 +109,43 @@ def test_bulk_heartbeat_and_placements_do_not_deadlock(pg_store: Store) -> None:
     assert others == []
     assert counts["beats"] > 10, counts
     assert counts["place0"] + counts["place1"] > 10, counts
+
+
+def test_a_bulk_heartbeat_aborted_as_a_deadlock_runs_again(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A writer locking two hosts out of name order deadlocks with the bulk heartbeat; its
+    detector runs after 30 s, the heartbeat's after 1 s, so PostgreSQL aborts the heartbeat,
+    which runs again once the other writer commits, and returns normally."""
+    caplog.set_level(logging.INFO, logger="berth.store")
+    truncate_pg(pg_url)
+    store = Store.open(pg_url, replica="locks")
+    load_fleet_into(store, small_fleet(HOSTS), {"c1": "r1"}, now=NOW)
+    other = psycopg.connect(pg_url, options="-c deadlock_timeout=30s")
+    result: list[object] = []
+    try:
+        other.execute("UPDATE hosts SET generation = generation + 1 WHERE name = 'h-c1-5'")
+        beat = threading.Thread(
+            target=lambda: result.append(_call(store.touch_heartbeats, NOW + 100, 1e6))
+        )
+        beat.start()
+        waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        deadline = time.monotonic() + 10
+        while other.execute(waiting).fetchone() == (0,) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # blocks on the heartbeat's lock of h-c1-0 until PostgreSQL aborts the heartbeat
+        other.execute("UPDATE hosts SET generation = generation + 1 WHERE name = 'h-c1-0'")
+        other.commit()
+        beat.join(timeout=30)
+    finally:
+        other.close()
+        store.close()
+    assert result == [HOSTS]
+    assert any("deadlock" in r.getMessage() for r in caplog.records)
+
+
+def _call(fn: Callable[..., object], *args: object) -> object:
+    try:
+        return fn(*args)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"

@@ -10,7 +10,7 @@ from sqlalchemy import Connection, delete, func, insert, or_, select, update
 
 from berth.core.model import Host, NumaCell
 from berth.store import schema as t
-from berth.store.db import Database
+from berth.store.db import Database, retry_aborted
 from berth.store.errors import AlreadyExistsError, InUseError, InvalidReferenceError, NotFoundError
 from berth.store.instances import an_instance
 from berth.store.records import EventRow, HostRecord
@@ -168,8 +168,12 @@ class Hosts(Database):
 
         The rows are locked in name order first, the order a placement locks the hosts it
         touches (`berth.store.pgclaim`): one bulk UPDATE would lock them in the order it finds
-        them on disk, and deadlock with a placement on PostgreSQL.
+        them on disk, and deadlock with a placement on PostgreSQL. A writer that still takes
+        them in another order makes PostgreSQL abort one side: this one then runs again.
         """
+        return retry_aborted(lambda: self._touch_heartbeats(now, max_age))
+
+    def _touch_heartbeats(self, now: float, max_age: float) -> int:
         with self._write() as conn:
             freshest = conn.execute(select(func.max(t.hosts.c.last_heartbeat))).scalar()
             if freshest is None:
@@ -198,8 +202,12 @@ class Hosts(Database):
 
         Every discrepancy (an instance Berth knows that the host does not report, or one the host
         runs that Berth does not know) is recorded as a `discrepancy` event. A report is
-        reconciled once; a host that never reported its instances is skipped.
+        reconciled once; a host that never reported its instances is skipped. Aborted as a
+        deadlock on PostgreSQL, it runs again (`retry_aborted`).
         """
+        return retry_aborted(lambda: self._reconcile(hosts))
+
+    def _reconcile(self, hosts: Sequence[str] | None) -> list[EventRow]:
         with self._write() as conn:
             q = select(t.hosts.c.name, t.hosts.c.report, t.hosts.c.report_ts).where(
                 t.hosts.c.report_ts.is_not(None),
