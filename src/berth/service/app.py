@@ -73,7 +73,7 @@ def create_app(
     attach_policy(replica)
     replica.reload()
     metrics = Metrics(replica)
-    sync = SyncThread(replica, simulate_heartbeats=simulate_heartbeats)
+    sync = SyncThread(replica, simulate_heartbeats=simulate_heartbeats, registry=metrics.registry)
     defrag_service = DefragService(replica, metrics.registry)
     defrag_driver = DefragThread(defrag_service, config.poll_interval * 2)
 

@@ -9,6 +9,8 @@
 * `berth_capacity_remaining{flavor,cluster}` — how many more fit, computed at scrape time.
 * `berth_event_lag{replica}` — events committed but not yet applied by this replica.
 * `berth_last_event_id{replica}`, `berth_reloads_total{replica}`.
+* `berth_sync_listening{replica}`, `berth_listen_restored_total{replica}` — whether the replica is
+  subscribed to change notifications; registered by `berth.service.sync`.
 """
 
 from __future__ import annotations

@@ -15,18 +15,21 @@ is the order per host, which the host row lock guarantees. SQLite serialises wri
 
 from __future__ import annotations
 
+import logging
+import random
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, Engine, create_engine, event, func, insert, select
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 
 from berth.store import schema as t
 from berth.store.records import EventRow
@@ -40,6 +43,35 @@ EventItem = tuple[str, str | None, int | None, dict[str, Any]]
 """An event to append: (kind, host, host generation after, payload)."""
 
 _EVENT = insert(t.events).returning(t.events.c.id)
+
+ABORTED_SQLSTATES = frozenset({"40P01", "40001"})
+"""deadlock_detected and serialization_failure: PostgreSQL rolled the whole transaction back,
+so running it again is safe."""
+RETRIES = 3
+"""Attempts of a transaction PostgreSQL aborted as a deadlock or serialization failure."""
+
+T = TypeVar("T")
+log = logging.getLogger("berth.store")
+
+
+def aborted_by_conflict(exc: BaseException) -> bool:
+    """True when the database aborted the transaction as a deadlock or serialization failure."""
+    return getattr(getattr(exc, "orig", exc), "sqlstate", None) in ABORTED_SQLSTATES
+
+
+def retry_aborted(run: Callable[[], T], attempts: int = RETRIES) -> T:
+    """Run a whole transaction (`run`), again up to `attempts` times in all when PostgreSQL
+    aborts it as a deadlock or serialization failure (nothing of it was written), after a
+    short random pause so the two sides do not collide again."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return run()
+        except DBAPIError as exc:
+            if attempt == attempts or not aborted_by_conflict(exc):
+                raise
+            log.info("transaction aborted (%s), attempt %d of %d", exc.orig, attempt, attempts)
+            time.sleep(random.uniform(0.005, 0.02) * attempt)
+    raise AssertionError("unreachable")
 
 
 def normalise_url(url: str) -> str:

@@ -10,10 +10,13 @@ from sqlalchemy import Connection, delete, func, insert, or_, select, update
 
 from berth.core.model import Host, NumaCell
 from berth.store import schema as t
-from berth.store.db import Database
+from berth.store.db import Database, retry_aborted
 from berth.store.errors import AlreadyExistsError, InUseError, InvalidReferenceError, NotFoundError
 from berth.store.instances import an_instance
 from berth.store.records import EventRow, HostRecord
+
+_CHUNK = 5000
+"""Hosts per UPDATE of the bulk heartbeat (SQLite allows 32,766 parameters a statement)."""
 
 
 class Hosts(Database):
@@ -161,28 +164,50 @@ class Hosts(Database):
     def touch_heartbeats(self, now: float, max_age: float) -> int:
         """Heartbeat, at `now`, every host whose last heartbeat is within `max_age` of the
         freshest one (`berth serve --simulate-agents`, the demo's stand-in for compute agents:
-        hosts that were down stay down, even after the service was stopped for a while)."""
+        hosts that were down stay down, even after the service was stopped for a while).
+
+        The rows are locked in name order first, the order a placement locks the hosts it
+        touches (`berth.store.pgclaim`): one bulk UPDATE would lock them in the order it finds
+        them on disk, and deadlock with a placement on PostgreSQL. A writer that still takes
+        them in another order makes PostgreSQL abort one side: this one then runs again.
+        """
+        return retry_aborted(lambda: self._touch_heartbeats(now, max_age))
+
+    def _touch_heartbeats(self, now: float, max_age: float) -> int:
         with self._write() as conn:
             freshest = conn.execute(select(func.max(t.hosts.c.last_heartbeat))).scalar()
             if freshest is None:
                 return 0
-            res = conn.execute(
-                update(t.hosts)
-                .where(
-                    t.hosts.c.last_heartbeat >= min(now, float(freshest)) - max_age,
-                    t.hosts.c.last_heartbeat < now,
-                )
-                .values(last_heartbeat=now)
+            names = list(
+                conn.execute(
+                    select(t.hosts.c.name)
+                    .where(
+                        t.hosts.c.last_heartbeat >= min(now, float(freshest)) - max_age,
+                        t.hosts.c.last_heartbeat < now,
+                    )
+                    .order_by(t.hosts.c.name)
+                    .with_for_update(key_share=True)
+                ).scalars()
             )
-            return int(res.rowcount)
+            for chunk in range(0, len(names), _CHUNK):
+                conn.execute(
+                    update(t.hosts)
+                    .where(t.hosts.c.name.in_(names[chunk : chunk + _CHUNK]))
+                    .values(last_heartbeat=now)
+                )
+            return len(names)
 
     def reconcile(self, hosts: Sequence[str] | None = None) -> list[EventRow]:
         """Compare each host's latest reported instances with the instances Berth records.
 
         Every discrepancy (an instance Berth knows that the host does not report, or one the host
         runs that Berth does not know) is recorded as a `discrepancy` event. A report is
-        reconciled once; a host that never reported its instances is skipped.
+        reconciled once; a host that never reported its instances is skipped. Aborted as a
+        deadlock on PostgreSQL, it runs again (`retry_aborted`).
         """
+        return retry_aborted(lambda: self._reconcile(hosts))
+
+    def _reconcile(self, hosts: Sequence[str] | None) -> list[EventRow]:
         with self._write() as conn:
             q = select(t.hosts.c.name, t.hosts.c.report, t.hosts.c.report_ts).where(
                 t.hosts.c.report_ts.is_not(None),
@@ -193,6 +218,7 @@ class Hosts(Database):
             )
             if hosts is not None:
                 q = q.where(t.hosts.c.name.in_(hosts))
+            q = q.order_by(t.hosts.c.name)  # the hosts' rows are locked in name order
             found = []
             for row in conn.execute(q).all():
                 reported = row.report.get("instances")
