@@ -117,3 +117,51 @@ def test_far_future_report_is_refused_and_changes_nothing(env: Env):
     assert ok.json()["applied"], ok.text
     later = env.post(REPORT, {"timestamp": DEMO_NOW + skew}, "operator")
     assert later.json()["applied"], later.text
+
+
+# ---------------------------------------------------------------------------- tenant isolation
+def _place(env: Env, who: str, **body: Any) -> Any:
+    return env.post("/v1/placements", {"flavor": "c3.large", "count": 1, **body}, who)
+
+
+def _same_refusal(a: Any, b: Any) -> dict[str, Any]:
+    """Two refusals that must not tell a foreign object from a missing one."""
+    assert a.status_code == b.status_code, (a.text, b.text)
+    ea, eb = error(a), error(b)
+    assert (ea["code"], ea["field"], ea["details"]) == (eb["code"], eb["field"], eb["details"])
+    return ea
+
+
+def test_hints_treat_another_projects_instance_as_missing(env: Env):
+    mine = _place(env, "alpha")
+    assert mine.status_code == 201, mine.text
+    theirs = mine.json()["instances"][0]
+    before = len(env.get("/v1/instances", "beta").json())
+    for hint in ("same_host", "different_host"):
+        foreign = _place(env, "beta", **{hint: [theirs["id"]]})
+        missing = _place(env, "beta", **{hint: ["i-0000000000000000"]})
+        err = _same_refusal(foreign, missing)
+        assert foreign.status_code == 422
+        assert err["field"] == f"{hint}[0]"
+        assert theirs["host"] not in foreign.text
+    assert len(env.get("/v1/instances", "beta").json()) == before  # the refusals placed nothing
+    # the same project, and an operator placing for any project, may still name it
+    again = _place(env, "alpha", same_host=[theirs["id"]])
+    assert again.status_code == 201, again.text
+    assert again.json()["instances"][0]["host"] == theirs["host"]
+    op = _place(env, "operator", project="project-2", same_host=[theirs["id"]])
+    assert op.status_code == 201, op.text
+    assert op.json()["instances"][0]["host"] == theirs["host"]
+
+
+def test_another_projects_deployment_set_looks_missing(env: Env):
+    made = env.post("/v1/deployment-sets", {"id": "alpha-set", "policy": "affinity"}, "alpha")
+    assert made.status_code == 201, made.text
+    foreign = _place(env, "beta", deployment_set="alpha-set")
+    missing = _place(env, "beta", deployment_set="no-such-set")
+    _same_refusal(foreign, missing)
+    for how in (env.get, env.delete):
+        _same_refusal(
+            how("/v1/deployment-sets/alpha-set", "beta"), how("/v1/deployment-sets/nope", "beta")
+        )
+    assert "alpha-set" not in env.get("/v1/deployment-sets", "beta").text
