@@ -145,6 +145,11 @@ def test_hints_treat_another_projects_instance_as_missing(env: Env):
         assert err["field"] == f"{hint}[0]"
         assert theirs["host"] not in foreign.text
     assert len(env.get("/v1/instances", "beta").json()) == before  # the refusals placed nothing
+    for path in (f"/v1/instances/{theirs['id']}", f"/v1/placements/{mine.json()['id']}"):
+        nope = path.rsplit("/", 1)[0] + "/x-0000000000000000"
+        _same_refusal(env.get(path, "beta"), env.get(nope, "beta"))
+    gone = env.delete(f"/v1/instances/{theirs['id']}", "beta")
+    _same_refusal(gone, env.delete("/v1/instances/i-0000000000000000", "beta"))
     # the same project, and an operator placing for any project, may still name it
     again = _place(env, "alpha", same_host=[theirs["id"]])
     assert again.status_code == 201, again.text
