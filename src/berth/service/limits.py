@@ -2,7 +2,7 @@
 
 FastAPI reads and parses a request's body before it runs a route's dependencies, so without
 this an unauthenticated client could make every replica buffer a body of any size before its
-401. `RequestGuard` sits outside the routers (see docs/service.md, "Errors"):
+401. `RequestGuard` sits outside the routers (docs/service.md, "Who is refused, and when"):
 
 * a `/v1` request without a valid bearer token is answered 401 before one byte of its body is
   read (the token lookup fills the cache the route's own check then uses);

@@ -92,7 +92,7 @@ def report(
 
     A timestamp more than `max_clock_skew` seconds ahead of this replica's clock is refused
     (422 on `timestamp`): kept, it would hide every later real report and the host would never
-    be counted down (docs/service.md, "Host reports").
+    be counted down (docs/service.md, "Compute reports, heartbeats and reconciliation").
     """
     _check_timestamp(body.timestamp, replica.clock(), config.max_clock_skew)
     view = None
