@@ -64,6 +64,13 @@ def serve(
             help="Heartbeat every live host from inside the service (demo stand-in for agents).",
         ),
     ] = False,
+    max_body_bytes: Annotated[
+        int, typer.Option(min=1024, help="Largest request body accepted (413 above it).")
+    ] = 4 << 20,
+    max_clock_skew: Annotated[
+        float,
+        typer.Option(min=0.0, help="Seconds a host report may be ahead of this clock (422)."),
+    ] = 300.0,
     print_admin_token: Annotated[
         bool, typer.Option("--print-admin-token", help="Create an admin token and print it.")
     ] = False,
@@ -96,6 +103,8 @@ def serve(
         poll_interval=poll_interval,
         policy=policy,
         replica_spread=replica_spread,
+        max_body_bytes=max_body_bytes,
+        max_clock_skew=max_clock_skew,
     )
     app = create_app(cfg, store=store, simulate_heartbeats=simulate_agents)
     _announce(store, rid, host, port, print_admin_token)

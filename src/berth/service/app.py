@@ -22,6 +22,7 @@ from berth.service.auth import Authenticator
 from berth.service.config import ServiceConfig
 from berth.service.defrag import DefragService, DefragThread
 from berth.service.errors import ERROR_RESPONSES, install_handlers
+from berth.service.limits import RequestGuard
 from berth.service.metrics import Metrics
 from berth.service.policy_topology import attach_policy
 from berth.service.replica import Replica
@@ -107,4 +108,5 @@ def create_app(
     for _route in iter_route_contexts(app.routes):
         pass  # FastAPI builds an included router's routes on first use: build them now
     install_handlers(app)
+    app.add_middleware(RequestGuard, auth=app.state.auth, max_body_bytes=config.max_body_bytes)
     return app

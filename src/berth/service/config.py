@@ -27,3 +27,7 @@ class ServiceConfig:
     """The multi-cloud policy (`berth serve --policy FILE`): enables POST /v1/schedule."""
     replica_spread: float = 0.0
     """Weight of the replica-spread weigher (0: off); see `berth.service.spread`."""
+    max_body_bytes: int = 4 << 20
+    """Largest request body accepted (413 above it); a 10,000-instance report fits."""
+    max_clock_skew: float = 300.0
+    """How far (s) a host report's timestamp may be ahead of this replica's clock (422 beyond)."""

@@ -132,7 +132,7 @@ ERROR_STATUS: dict[type[BerthError], ErrorRule] = {
 """Error class -> answer; an error takes the entry of its nearest class (its own, else the
 closest base class listed)."""
 
-HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
+HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
 """Routing errors' status -> code; any other status is `http_error`."""
 
 

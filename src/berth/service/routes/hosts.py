@@ -88,7 +88,13 @@ def report(
     store: StoreDep,
     replica: ReplicaDep,
 ) -> s.ReportOut:
-    """A compute node's heartbeat and view; an older report never overwrites a newer one."""
+    """A compute node's heartbeat and view; an older report never overwrites a newer one.
+
+    A timestamp more than `max_clock_skew` seconds ahead of this replica's clock is refused
+    (422 on `timestamp`): kept, it would hide every later real report and the host would never
+    be counted down (docs/service.md, "Compute reports, heartbeats and reconciliation").
+    """
+    _check_timestamp(body.timestamp, replica.clock(), config.max_clock_skew)
     view = None
     if body.instances is not None or body.used is not None:
         view = {"instances": body.instances, "used": body.used}
@@ -97,6 +103,16 @@ def report(
         replica.heartbeat(name, body.timestamp)
     rec = store.get_host(name)
     return s.ReportOut(applied=applied, host=name, last_heartbeat=rec.host.last_heartbeat)
+
+
+def _check_timestamp(timestamp: float, now: float, skew: float) -> None:
+    if timestamp > now + skew:
+        raise ApiError(
+            422,
+            "invalid_input",
+            f"timestamp: {timestamp} is more than {skew:g} s ahead of the service's clock ({now})",
+            field="timestamp",
+        )
 
 
 @router.post("/reconcile", response_model=list[s.EventOut])

@@ -16,6 +16,7 @@ from berth.service.idempotency import idempotent, replay_stored
 from berth.service.placing.errors import ContentionError, NoPlacementError
 from berth.service.placing.plain import PlaceArgs, Placed, place, record_failure
 from berth.service.replica import Replica
+from berth.service.scope import check_hints
 from berth.store.errors import IdempotencyRaceError, NotFoundError
 from berth.store.footprint import to_named
 from berth.store.repo import Store
@@ -150,6 +151,7 @@ def create_placement(
     )
     if replayed is not None:
         return replayed
+    check_hints(store, p, {"same_host": args.same_host, "different_host": args.different_host})
     try:
         placed = place(
             replica,
