@@ -44,9 +44,9 @@ from berth.service.demo import load_fleet_into
 from berth.service.replica import Replica
 from berth.store.audit import audit_by_invariant, usage_from_rows
 from berth.store.repo import GroupRow, Store
-from tests.service.pgcluster import PgCluster, private_cluster
 from tests.service.servers import Server, start, wait_ready
 from tests.store.fleets import NOW, claim_one, small_fleet
+from tests.store.pgcluster import PgCluster, private_cluster
 
 # Invariants that fail on main for a known, open reason: a failure of one of these alone makes
 # the test xfail with the reason (a pass still passes). Remove an entry once its fix is merged;
@@ -56,8 +56,6 @@ KNOWN_OPEN: dict[str, str] = {
     "re-checks affinity, so members land on several hosts",
     "idempotent-retry": "the same Idempotency-Key sent again while its first attempt is in "
     "flight can be answered 409 no_valid_host although the first attempt committed",
-    "listen": "after PostgreSQL is down for a few seconds a replica does not re-subscribe "
-    "(LISTEN) to change notifications and polls from then on",
 }
 
 REPLICAS = 3

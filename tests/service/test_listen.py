@@ -19,7 +19,7 @@ from berth.service.placing.plain import PlaceArgs, place
 from berth.service.replica import Replica
 from berth.service.sync import SyncThread
 from tests.service.test_sync import replicas
-from tests.store.pgcluster import PrivateCluster
+from tests.store.pgcluster import PgCluster, private_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -28,13 +28,9 @@ POLL = 30.0
 
 
 @pytest.fixture(scope="session")
-def private_pg() -> Iterator[PrivateCluster]:
-    cluster = PrivateCluster()
-    try:
-        cluster.start()
+def private_pg() -> Iterator[PgCluster]:
+    with private_cluster() as cluster:
         yield cluster
-    finally:
-        cluster.remove()
 
 
 def _until(condition: Callable[[], bool], seconds: float) -> bool:
@@ -58,7 +54,7 @@ def _place_retrying(a: Replica) -> None:
 
 
 def test_listen_is_reestablished_after_postgres_restarts(
-    private_pg: PrivateCluster, caplog: pytest.LogCaptureFixture
+    private_pg: PgCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="berth.service")
     a, b = replicas(private_pg.url, poll=POLL)
