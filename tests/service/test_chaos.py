@@ -51,12 +51,7 @@ from tests.store.pgcluster import PgCluster, private_cluster
 # Invariants that fail on main for a known, open reason: a failure of one of these alone makes
 # the test xfail with the reason (a pass still passes). Remove an entry once its fix is merged;
 # BERTH_CHAOS_STRICT=1 ignores them all.
-KNOWN_OPEN: dict[str, str] = {
-    "affinity": "affinity sets are enforced within one cluster only: the commit never "
-    "re-checks affinity, so members land on several hosts",
-    "idempotent-retry": "the same Idempotency-Key sent again while its first attempt is in "
-    "flight can be answered 409 no_valid_host although the first attempt committed",
-}
+KNOWN_OPEN: dict[str, str] = {}
 
 REPLICAS = 3
 CLIENTS = 4

@@ -315,7 +315,7 @@ class Claims(Database):
             if g is None:
                 raise PlanRejectedError(f"deployment set {gid!r} no longer exists")
             sets[gid] = (g.policy, g.max_per_host, g.max_size)
-            if g.max_size is not None:
+            if g.max_size is not None or g.policy == "affinity":
                 sizes[gid] = conn.execute(
                     select(func.count()).where(t.instances.c.server_group == gid)
                 ).scalar_one()
@@ -498,7 +498,8 @@ def _check_plan(
     """Re-verify a plan against the rows read in its transaction: the current instances on the
     touched hosts (host, set, footprint) plus the new ones fit every host's inventory, per NUMA
     cell and per host; each touched deployment set (policy, max per host, max size) keeps its
-    anti-affinity and size. Raises `PlanRejectedError`."""
+    anti-affinity or affinity and its size (`sizes`: the current members of the sets with a
+    maximum size or affinity). Raises `PlanRejectedError`."""
     hosts = sorted({i.host for i in new})
     by_host: dict[str, list[Footprint]] = {h: [] for h in hosts}
     members: dict[tuple[str, str], int] = {}
@@ -518,6 +519,8 @@ def _check_plan(
         if (cell_used > cap.cell_cap).any() or (host_used > cap.host_cap).any():
             raise PlanRejectedError(f"host {host!r} would be over-committed")
     for gid, (policy, max_per_host, max_size) in sets.items():
+        if policy == "affinity":
+            _check_affinity(gid, rows, new, sizes.get(gid, 0))
         if policy == "anti-affinity":
             for (group, host), n in members.items():
                 if group == gid and n > max_per_host:
@@ -528,3 +531,24 @@ def _check_plan(
             adding = sum(1 for i in new if i.server_group == gid)
             if sizes.get(gid, 0) + adding > max_size:
                 raise PlanRejectedError(f"deployment set {gid!r} would exceed {max_size} members")
+
+
+def _check_affinity(
+    gid: str,
+    rows: Sequence[tuple[str, str | None, Footprint]],
+    new: Sequence[NewInstance],
+    members: int,
+) -> None:
+    """An affinity set's members share one host, across clusters (docs/service.md, "Placing"):
+    the new members go to a host already holding members (`rows`: the instances on the touched
+    hosts), or all to one host when the set has none (`members`: its current count)."""
+    hosts = sorted({i.host for i in new if i.server_group == gid})
+    if not hosts:
+        return
+    held = {host for host, group, _ in rows if group == gid}
+    if members == 0 and len(hosts) > 1:
+        raise PlanRejectedError(f"deployment set {gid!r} (affinity) would span hosts {hosts}")
+    if members > 0 and not held.issuperset(hosts):
+        raise PlanRejectedError(
+            f"deployment set {gid!r} (affinity) has its members elsewhere than {hosts}"
+        )

@@ -23,7 +23,10 @@ class Hosts(Database):
     """Adding, removing, reading and reporting hosts."""
 
     def add_hosts(self, cluster: str, hosts: Sequence[tuple[Host, str | None]]) -> None:
-        """Add hosts (with their pool) to a cluster: one transaction, one `hosts_added` event."""
+        """Add hosts (with their pool) to a cluster: one transaction, one `hosts_added` event.
+
+        A host added to a pool carries the pool's trait (added when missing), so that the
+        pool's placements, which require that trait, can choose it."""
         now = time.time()
         with self._write() as conn:
             if not conn.execute(
@@ -31,8 +34,10 @@ class Hosts(Database):
             ).first():
                 raise InvalidReferenceError("cluster", f"unknown cluster {cluster!r}")
             pools = {
-                r.name
-                for r in conn.execute(select(t.pools.c.name).where(t.pools.c.cluster == cluster))
+                r.name: r.trait
+                for r in conn.execute(
+                    select(t.pools.c.name, t.pools.c.trait).where(t.pools.c.cluster == cluster)
+                )
             }
             aggs = {r.name for r in conn.execute(select(t.aggregates.c.name))}
             names = [h.name for h, _ in hosts]
@@ -45,6 +50,9 @@ class Hosts(Database):
                     raise InvalidReferenceError(
                         f"hosts[{i}].pool", f"unknown pool {pool!r} in {cluster}"
                     )
+                if pool is not None and pools[pool] not in host.traits:
+                    # placements choose a pool's hosts by its trait (docs/api.md, `/v1/pools`)
+                    host = host.model_copy(update={"traits": [*host.traits, pools[pool]]})
                 for agg in host.aggregates:
                     if agg not in aggs:
                         raise InvalidReferenceError(

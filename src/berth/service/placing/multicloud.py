@@ -156,6 +156,12 @@ def _ensure_set(replica: Replica, engine: PolicyEngine, request: ScheduleRequest
                 f"unknown deployment set {name!r} in project {request.project!r}",
                 "unknown_deployment_set",
             )
+        if group.policy == "affinity":  # the pipeline spreads a set's members
+            raise BadRequestError(
+                "deployment_set",
+                f"deployment set {name!r} is {group.policy}; /v1/schedule places only into "
+                "anti-affinity sets (use /v1/placements)",
+            )
         return
     defaults = engine.policy.deployment_sets
     if not defaults.create_on_use:

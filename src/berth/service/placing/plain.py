@@ -13,7 +13,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from berth.core.engine import Decision
@@ -25,7 +25,7 @@ from berth.service.placing.decider import Attempt, Plan
 from berth.service.placing.errors import BadRequestError, NoPlacementError
 from berth.service.replica import ClusterView, Replica
 from berth.store.footprint import to_named
-from berth.store.repo import CommitResult, HostCapacity, NewInstance, Outcome
+from berth.store.repo import CommitResult, GroupRow, HostCapacity, NewInstance, Outcome
 
 try:  # the policy layer (docs/policy.md) may be left out of a trimmed install
     from berth.policy.preemption import plan_preemption
@@ -111,6 +111,10 @@ def record_failure(replica: Replica, args: PlaceArgs, reason: str, started: floa
     )
 
 
+_FINAL = ("deployment_set_full", "deployment_set_affinity", "no_candidate_cluster")
+"""Failures that no commit in flight can change: decided at once, without waiting."""
+
+
 class PlainDecider:
     """Chooses for `/v1/placements` (a `berth.service.placing.decider.Decider`)."""
 
@@ -126,7 +130,7 @@ class PlainDecider:
             try:
                 choice = choose(views, args, busy)
             except NoPlacementError as exc:
-                if not busy or exc.reason in ("deployment_set_full", "no_candidate_cluster"):
+                if not busy or exc.reason in _FINAL:
                     raise
                 # maybe only hosts with a commit in flight fit: wait for those commits
                 views.wait_for_commits(busy, 5.0)
@@ -183,6 +187,7 @@ def choose(views: Replica, args: PlaceArgs, busy: frozenset[str] = frozenset()) 
                     "deployment_set_full",
                     {"members": members, "max_size": group.max_size},
                 )
+        args = _affinity_home(views, args, group)
     clusters, rejected = _candidates(views, args)
     seed = args.seed if args.seed is not None else secrets.randbits(31)
     ids = tuple(f"i-{secrets.token_hex(8)}" for _ in range(args.count))
@@ -216,6 +221,37 @@ def choose(views: Replica, args: PlaceArgs, busy: frozenset[str] = frozenset()) 
         reason,
         {"rejected_clusters": rejected, "clusters": diagnoses},
     )
+
+
+def _affinity_home(views: Replica, args: PlaceArgs, group: GroupRow) -> PlaceArgs:
+    """An affinity set's members share one host, whichever cluster a request names: once the
+    set has members, their cluster is the only candidate (in it the core's affinity filter
+    keeps them on their host); a request naming another cluster is refused. Each cluster's
+    table knows only its own members, hence the look across clusters here; the commit
+    re-checks the rule against the rows (`berth.store.claims`)."""
+    if group.policy != "affinity":
+        return args
+    homes = {
+        name: sorted(view.table.names[row] for row in rows)
+        for name, view in sorted(views.clusters.items())
+        if (rows := view.table.group_rows.get(group.id))
+    }
+    if not homes or args.cluster in homes:
+        return args
+    home, hosts = next(iter(homes.items()))
+    if args.cluster is not None:
+        raise NoPlacementError(
+            f"deployment set {group.id} (affinity) has its members on host {', '.join(hosts)} "
+            f"in cluster {home}; its new members cannot go to cluster {args.cluster}",
+            "deployment_set_affinity",
+            {
+                "cluster": home,
+                "hosts": hosts,
+                "rejected_clusters": {args.cluster: f"deployment set {group.id} is in {home}"},
+                "clusters": {},
+            },
+        )
+    return replace(args, cluster=home)
 
 
 def _preempt(
@@ -270,6 +306,8 @@ def _candidates(views: Replica, args: PlaceArgs) -> tuple[list[ClusterView], dic
             view.region,
             views.regions.get(view.region),
         ):
+            if args.cluster is not None:  # named, or the home of an affinity set
+                rejected[view.name] = f"not in region {args.region}"
             continue
         if view.state != "active":
             rejected[view.name] = "cluster has left"

@@ -12,7 +12,14 @@ from berth.service import schemas as s
 from berth.service.bodies import cell_dicts, instance_out
 from berth.service.deps import IdempotencyKey, MetricsDep, ReplicaDep, StoreDep, Who, deny_reader
 from berth.service.errors import ApiError, ErrorBody, not_found
-from berth.service.idempotency import idempotent, replay_stored
+from berth.service.idempotency import (
+    Idempotency,
+    committed_answer,
+    idempotent,
+    one_at_a_time,
+    replay_stored,
+)
+from berth.service.metrics import Metrics
 from berth.service.placing.errors import ContentionError, NoPlacementError
 from berth.service.placing.plain import PlaceArgs, Placed, place, record_failure
 from berth.service.replica import Replica
@@ -146,37 +153,70 @@ def create_placement(
     started = time.perf_counter()
     project = p.project_for(body.project)
     args = _place_args(store, body, project)
-    idem, replayed = idempotent(
-        store, p, idempotency_key, {**body.model_dump(mode="json"), "project": project}
-    )
-    if replayed is not None:
-        return replayed
-    check_hints(store, p, {"same_host": args.same_host, "different_host": args.different_host})
-    try:
-        placed = place(
-            replica,
-            args,
-            idempotency=idem,
-            response=lambda pl: _placement_out(replica, args, pl),
+    with one_at_a_time(p, idempotency_key):
+        idem, replayed = idempotent(
+            store, p, idempotency_key, {**body.model_dump(mode="json"), "project": project}
         )
-    except IdempotencyRaceError:
-        assert idem is not None
-        return replay_stored(store, idem)
-    except NoPlacementError as exc:
-        metrics.placements.labels("failure", exc.reason).inc()
-        metrics.placement.observe(time.perf_counter() - started)
-        record_failure(replica, args, exc.reason, started)
-        raise
-    except ContentionError:
-        metrics.placements.labels("failure", "contention").inc()
-        record_failure(replica, args, "contention", started)
-        raise
+        if replayed is not None:
+            return replayed
+        check_hints(store, p, {"same_host": args.same_host, "different_host": args.different_host})
+        return _place(store, replica, metrics, args, idem, started)
+
+
+def _place(
+    store: Store,
+    replica: Replica,
+    metrics: Metrics,
+    args: PlaceArgs,
+    idem: Idempotency | None,
+    started: float,
+) -> Any:
+    """Place and answer 201; a failure while another request with the same key committed
+    answers with that request's placement (docs/service.md, "Idempotency"). A request with a
+    key that finds no host decides once more if the log moved since (caught up first): a
+    replica that had not yet heard of a release must not answer 409 while a twin request on
+    another replica takes the freed slot."""
+    for last_try in (idem is None, True):
+        seen = replica.last_event  # the log as far as the decision can have seen it
+        try:
+            placed = place(
+                replica,
+                args,
+                idempotency=idem,
+                response=lambda pl: _placement_out(replica, args, pl),
+            )
+            break
+        except IdempotencyRaceError:
+            assert idem is not None
+            return replay_stored(store, idem)
+        except NoPlacementError as exc:
+            if (won := committed_answer(store, idem)) is not None:
+                return won
+            if not last_try and (replica.sync() or replica.last_event != seen):
+                continue
+            _failed(replica, metrics, args, exc.reason, started)
+            raise
+        except ContentionError:
+            if (won := committed_answer(store, idem)) is not None:
+                return won
+            _failed(replica, metrics, args, "contention", started)
+            raise
     metrics.placements.labels("success", "placed").inc()
     metrics.placement.observe(time.perf_counter() - started)
     if placed.attempts > 1:
         metrics.conflicts.inc(placed.attempts - 1)
     answer = placed.response or _placement_out(replica, args, placed)
     return JSONResponse(answer, status_code=201)
+
+
+def _failed(
+    replica: Replica, metrics: Metrics, args: PlaceArgs, reason: str, started: float
+) -> None:
+    """Count and record a failed placement."""
+    metrics.placements.labels("failure", reason).inc()
+    if reason != "contention":
+        metrics.placement.observe(time.perf_counter() - started)
+    record_failure(replica, args, reason, started)
 
 
 @router.get("/placements/{placement_id}", response_model=s.PlacementOut)
