@@ -129,7 +129,10 @@ def test_a_bulk_heartbeat_aborted_as_a_deadlock_runs_again(
             target=lambda: result.append(_call(store.touch_heartbeats, NOW + 100, 1e6))
         )
         beat.start()
-        waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        waiting = (
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        )
         deadline = time.monotonic() + 10
         while other.execute(waiting).fetchone() == (0,) and time.monotonic() < deadline:
             time.sleep(0.01)
