@@ -21,6 +21,7 @@ from berth.core import jit
 from berth.service.auth import Authenticator
 from berth.service.config import ServiceConfig
 from berth.service.defrag import DefragService, DefragThread
+from berth.service.docs_ui import install_docs
 from berth.service.errors import ERROR_RESPONSES, install_handlers
 from berth.service.metrics import Metrics
 from berth.service.policy_topology import attach_policy
@@ -94,7 +95,10 @@ def create_app(
         "`Authorization: Bearer <token>`. Errors: `{error: {code, message, field, details}}`.",
         lifespan=lifespan,
         responses=ERROR_RESPONSES,
+        docs_url=None,  # served from local assets by install_docs
+        redoc_url=None,
     )
+    install_docs(app)
     app.state.config = config
     app.state.replica = replica
     app.state.store = store
