@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 
 # The service on SQLite (out/berth/berth.db) with the demo topology; prints its URL and a token.
 run: $(STAMP)
-	$(BIN)/berth serve --data-dir out/berth --load-demo --simulate-agents --print-admin-token
+	$(BIN)/berth serve --load-demo --simulate-agents --print-admin-token
 
 test: $(STAMP) lint typecheck postgres unit
 

@@ -1,0 +1,94 @@
+"""A new user's first steps through the real `berth` command: `make run`'s serve, a token from
+`berth admin create-token` in the same directory, a second start, and tables an id can be copied
+from."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.service.servers import BERTH, Server, free_port, wait_ready
+
+
+def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("BERTH_DATA_DIR", "BERTH_DB")}
+    return subprocess.run(
+        [BERTH, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**env, "COLUMNS": "80"},
+    )
+
+
+def _serve(cwd: Path, port: int, name: str) -> Server:
+    """`make run`'s command line (the default data dir) on a free port."""
+    log = cwd / f"{name}.log"
+    env = {k: v for k, v in os.environ.items() if k not in ("BERTH_DATA_DIR", "BERTH_DB")}
+    proc = subprocess.Popen(
+        [BERTH, "serve", "--load-demo", "--print-admin-token", "--port", str(port)],
+        cwd=cwd,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env={**env, "PYTHONUNBUFFERED": "1"},
+    )
+    return Server(proc, f"http://127.0.0.1:{port}", name, log)
+
+
+def _printed_token(server: Server) -> str:
+    found = re.search(r"admin token: (\S+)", server.log.read_text())
+    assert found, server.log.read_text()
+    return found.group(1)
+
+
+@pytest.mark.slow
+def test_make_run_token_is_reused_admin_tokens_work_and_a_busy_port_fails_first(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    first = _serve(tmp_path, port, "first")
+    try:
+        wait_ready([first])
+        token = _printed_token(first)
+        kept = tmp_path / "out" / "berth" / "admin-token"
+        assert kept.read_text().strip() == token
+        assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+
+        # `berth admin create-token` defaults to the directory `make run` serves from
+        created = _run(tmp_path, "admin", "create-token", "--role", "reader")
+        assert created.returncode == 0, created.stderr
+        secret = created.stdout.strip()
+        got = httpx.get(
+            first.url + "/v1/hosts", headers={"Authorization": f"Bearer {secret}"}, timeout=10
+        )
+        assert got.status_code == 200, got.text
+        assert not (tmp_path / "berth-data").exists()
+
+        # a second start on the busy port: one line, exit 2, no token printed
+        second = _run(tmp_path, "serve", "--print-admin-token", "--port", str(port))
+        assert second.returncode == 2
+        assert second.stdout == ""
+        assert "token" not in second.stderr
+        assert len(second.stderr.strip().splitlines()) == 1
+        assert f"--port: 127.0.0.1:{port} is not available" in second.stderr
+    finally:
+        first.stop()
+
+    again = _serve(tmp_path, port, "again")
+    try:
+        wait_ready([again])
+        assert _printed_token(again) == token
+        tokens = httpx.get(
+            again.url + "/v1/tokens", headers={"Authorization": f"Bearer {token}"}, timeout=10
+        ).json()
+        rows = tokens["tokens"] if isinstance(tokens, dict) else tokens
+        assert [r["name"] for r in rows].count("serve-admin") == 1
+    finally:
+        again.stop()
