@@ -4,6 +4,7 @@ from."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -48,6 +49,34 @@ def _printed_token(server: Server) -> str:
     return found.group(1)
 
 
+def _whole_in_table(table: str, values: set[str]) -> None:
+    assert "…" not in table, table
+    cells = set(re.findall(r"[^\s│┃]+", table))
+    missing = values - cells
+    assert not missing, f"cut or missing: {sorted(missing)[:5]}\n{table}"
+
+
+def _instances_table_shows_whole_ids(cwd: Path, url: str, token: str) -> None:
+    """`berth api instances` at 80 columns and piped prints ids that can be passed back."""
+    args = ("api", "instances", "--limit", "20", "--url", url, "--token", token)
+    listed = json.loads(_run(cwd, *args, "--json").stdout)
+    assert listed
+    table = _run(cwd, *args)
+    assert table.returncode == 0, table.stderr
+    _whole_in_table(table.stdout, {i["id"] for i in listed} | {i["host"] for i in listed})
+
+
+@pytest.mark.slow
+def test_place_table_keeps_ids_and_host_names_whole_at_80_columns(tmp_path: Path) -> None:
+    args = ("place", "--flavor", "c3.8xlarge.numa2", "--count", "3")
+    decision = json.loads(_run(tmp_path, *args, "--json").stdout)
+    table = _run(tmp_path, *args)
+    assert table.returncode == 0, table.stderr
+    names = {s["instance_id"] for s in decision["selections"]}
+    names |= {s["host"] for s in decision["selections"]}
+    _whole_in_table(table.stdout, names)
+
+
 @pytest.mark.slow
 def test_make_run_token_is_reused_admin_tokens_work_and_a_busy_port_fails_first(
     tmp_path: Path,
@@ -70,6 +99,7 @@ def test_make_run_token_is_reused_admin_tokens_work_and_a_busy_port_fails_first(
         )
         assert got.status_code == 200, got.text
         assert not (tmp_path / "berth-data").exists()
+        _instances_table_shows_whole_ids(tmp_path, first.url, token)
 
         # a second start on the busy port: one line, exit 2, no token printed
         second = _run(tmp_path, "serve", "--print-admin-token", "--port", str(port))

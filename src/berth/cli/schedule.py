@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from berth.cli.tables import print_table
 from berth.core.errors import BerthError
 from berth.fleet.io import describe_validation_error
 from berth.policy.demo import POLICY_FILE, TOPOLOGY_FILE, shipped_path
@@ -94,7 +95,7 @@ def _print_placement(engine: PolicyEngine, p: Placement, elapsed_ms: float) -> N
             ", ".join(cells) or "floating",
             ", ".join(s.alternates) or "-",
         )
-    out.print(grid)
+    print_table(out, grid)
     if p.plan is None or not p.plan.evictions:
         out.print("evictions: none")
         return
@@ -103,7 +104,7 @@ def _print_placement(engine: PolicyEngine, p: Placement, elapsed_ms: float) -> N
         ev.add_column(col)
     for v in p.plan.victims:
         ev.add_row(v.instance_id, v.host, v.flavor, f"{v.created_at:.0f}" if v.created_at else "-")
-    out.print(ev)
+    print_table(out, ev)
 
 
 def _print_failure(f: Failure) -> None:
