@@ -122,3 +122,20 @@ def test_make_run_token_is_reused_admin_tokens_work_and_a_busy_port_fails_first(
         assert [r["name"] for r in rows].count("serve-admin") == 1
     finally:
         again.stop()
+
+
+@pytest.mark.parametrize(("target", "dev"), [("run", False), ("lint", True), ("unit", True)])
+def test_make_run_installs_only_the_runtime_packages(
+    tmp_path: Path, target: str, dev: bool
+) -> None:
+    """`make -n` on a fresh copy (no .venv): what each target would install."""
+    root = Path(__file__).resolve().parents[2]
+    for name in ("Makefile", "pyproject.toml"):
+        (tmp_path / name).write_text((root / name).read_text())
+    planned = subprocess.run(
+        ["make", "-n", target], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert planned.returncode == 0, planned.stderr
+    installs = [line for line in planned.stdout.splitlines() if "pip install" in line]
+    assert any(line.endswith("-e .") for line in installs), installs
+    assert any("[dev]" in line for line in installs) is dev, installs
