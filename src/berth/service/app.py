@@ -21,7 +21,6 @@ from berth.core import jit
 from berth.service.auth import Authenticator
 from berth.service.config import ServiceConfig
 from berth.service.defrag import DefragService, DefragThread
-from berth.service.docs_ui import install_docs
 from berth.service.errors import ERROR_RESPONSES, install_handlers
 from berth.service.metrics import Metrics
 from berth.service.policy_topology import attach_policy
@@ -31,6 +30,7 @@ from berth.service.routes import (
     catalogue,
     defrag,
     deployment_sets,
+    docs,
     events,
     health,
     hosts,
@@ -56,6 +56,7 @@ ROUTERS = (
     capacity.router,
     events.router,
     tokens.router,
+    docs.router,
 )
 """Every router, in the order /openapi.json lists their paths."""
 
@@ -95,10 +96,10 @@ def create_app(
         "`Authorization: Bearer <token>`. Errors: `{error: {code, message, field, details}}`.",
         lifespan=lifespan,
         responses=ERROR_RESPONSES,
-        docs_url=None,  # served from local assets by install_docs
+        docs_url=None,  # routes/docs.py serves both pages from local assets
         redoc_url=None,
     )
-    install_docs(app)
+    docs.mount_assets(app)
     app.state.config = config
     app.state.replica = replica
     app.state.store = store
