@@ -139,3 +139,33 @@ def test_make_run_installs_only_the_runtime_packages(
     installs = [line for line in planned.stdout.splitlines() if "pip install" in line]
     assert any(line.endswith("-e .") for line in installs), installs
     assert any("[dev]" in line for line in installs) is dev, installs
+
+
+HEAVY = ("scipy", "matplotlib", "numba", "fastapi", "sqlalchemy", "uvicorn", "httpx")
+
+_HELP_PROBE = """
+import sys
+from berth.cli.main import app
+try:
+    app(["--help"])
+except SystemExit as done:
+    assert not done.code, done.code
+print("loaded:" + ",".join(m for m in sys.argv[1:] if m in sys.modules))
+"""
+
+
+@pytest.mark.slow
+def test_help_does_not_load_the_solvers_service_or_plots() -> None:
+    """`berth --help` (and every command's start) does not pay for SciPy, numba, matplotlib,
+    FastAPI or SQLAlchemy: each command imports what it runs (docs/architecture.md)."""
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _HELP_PROBE, *HEAVY],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Usage" in done.stdout
+    assert done.stdout.strip().splitlines()[-1] == "loaded:"

@@ -11,7 +11,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -21,11 +21,11 @@ from rich.table import Table
 from berth.cli.tables import print_table
 from berth.core.errors import BerthError
 from berth.fleet.io import describe_validation_error
-from berth.policy.demo import POLICY_FILE, TOPOLOGY_FILE, shipped_path
-from berth.policy.loader import load_policy, load_topology
 from berth.policy.model import Business
 from berth.policy.outcome import Failure, Placement, ScheduleRequest
-from berth.policy.pipeline import PolicyEngine
+
+if TYPE_CHECKING:  # the engine (SciPy for its bounds) loads when a command runs: a fast --help
+    from berth.policy.pipeline import PolicyEngine
 
 out = Console()
 err = Console(stderr=True)
@@ -50,6 +50,10 @@ def _fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
 
 def load_engine(topology: Path | None, policy: Path | None) -> tuple[PolicyEngine, float | None]:
     """Read both files and build the engine; bad input raises `BerthError` naming the field."""
+    from berth.policy.demo import POLICY_FILE, TOPOLOGY_FILE, shipped_path
+    from berth.policy.loader import load_policy, load_topology
+    from berth.policy.pipeline import PolicyEngine
+
     pol = load_policy(policy if policy is not None else shipped_path(POLICY_FILE))
     topo = load_topology(topology if topology is not None else shipped_path(TOPOLOGY_FILE))
     return PolicyEngine(pol, topo), topo.now
