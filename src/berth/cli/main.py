@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from berth.cli.schedule import capacity_by_topology
+from berth.cli.tables import print_table
 from berth.core.capacity import capacity_matrix, totals_by_aggregate, totals_by_zone
 from berth.core.config import PROFILES, SchedulerConfig, profile
 from berth.core.engine import Decision, FilterScheduler
@@ -144,7 +145,7 @@ def _print_decision(decision: Decision, table: HostTable) -> None:
             ", ".join(cells) or "floating",
             ", ".join(s.alternates) or "-",
         )
-    out.print(grid)
+    print_table(out, grid)
 
 
 def _run_place(
@@ -261,7 +262,7 @@ def capacity(
         grid.add_column(group_name, justify="right")
     for name in names:
         grid.add_row(name, *(str(groups[g][name]) for g in groups))
-    out.print(grid)
+    print_table(out, grid)
 
 
 # ---------------------------------------------------------------------------- misc
