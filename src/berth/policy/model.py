@@ -18,12 +18,24 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from berth.core.config import SchedulerConfig
-from berth.core.model import DiskKind, Host, Instance, Name, NonNeg, PciAlias
+from berth.core.model import (
+    IDENT_RULE,
+    MAX_CPUS,
+    MAX_QUANTITY,
+    DiskKind,
+    Host,
+    Instance,
+    Name,
+    NonNeg,
+    PciAlias,
+    is_ident,
+    not_bool,
+)
 
-Positive = Annotated[int, Field(ge=1)]
+Positive = Annotated[int, BeforeValidator(not_bool), Field(ge=1, le=MAX_QUANTITY)]
 
 
 class _Strict(BaseModel):
@@ -87,7 +99,7 @@ class BaseFlavor(_Strict):
 
     name: Name
     family: Family
-    vcpus: Annotated[int, Field(ge=1, le=4096)]
+    vcpus: Annotated[int, BeforeValidator(not_bool), Field(ge=1, le=MAX_CPUS)]
     memory_mb: Positive
     root_gb: NonNeg = 0
     ephemeral_gb: NonNeg = 0
@@ -298,7 +310,62 @@ class TopologySpec(_Strict):
                                 f"{where}.instances[{k}].deployment_set: unknown set "
                                 f"{inst.deployment_set!r}"
                             )
+        _check_names(self)
+        _check_sets(self)
         return self
+
+    def clusters_with_paths(self) -> list[tuple[str, ClusterSpec]]:
+        """Every cluster with its field path (`regions[0].idcs[1].clusters[2]`)."""
+        return [
+            (f"regions[{ri}].idcs[{ii}].clusters[{ci}]", cluster)
+            for ri, region in enumerate(self.regions)
+            for ii, idc in enumerate(region.idcs)
+            for ci, cluster in enumerate(idc.clusters)
+        ]
+
+
+def _check_names(spec: TopologySpec) -> None:
+    """Everything a topology load writes must be addressable through the API afterwards, so
+    its names follow the API's identifier rule (`IDENT_PATTERN`, docs/api.md)."""
+    named: list[tuple[str, str]] = []
+    for ri, region in enumerate(spec.regions):
+        named.append((f"regions[{ri}].name", region.name))
+        for ii, idc in enumerate(region.idcs):
+            named.append((f"regions[{ri}].idcs[{ii}].name", idc.name))
+    for where, cluster in spec.clusters_with_paths():
+        named.append((f"{where}.name", cluster.name))
+        named += [(f"{where}.networks[{k}].name", n.name) for k, n in enumerate(cluster.networks)]
+        named += [(f"{where}.hosts[{k}].name", h.name) for k, h in enumerate(cluster.hosts)]
+        named += [(f"{where}.instances[{k}].id", i.id) for k, i in enumerate(cluster.instances)]
+    named += [(f"deployment_sets[{k}].name", s.name) for k, s in enumerate(spec.deployment_sets)]
+    for field, name in named:
+        if not is_ident(name):
+            raise ValueError(f"{field}: {name!r} is not a valid name ({IDENT_RULE})")
+
+
+def _check_sets(spec: TopologySpec) -> None:
+    """Deployment sets are anti-affinity sets of at most one member per host and at most
+    `max_size` members (as the store re-checks every claim: docs/service.md)."""
+    sizes = {s.name: s.max_size for s in spec.deployment_sets}
+    seen: dict[tuple[str, str], str] = {}
+    members: dict[str, int] = {}
+    for where, cluster in spec.clusters_with_paths():
+        for k, inst in enumerate(cluster.instances):
+            ds = inst.deployment_set
+            if ds is None:
+                continue
+            other = seen.setdefault((ds, inst.host), inst.id)
+            if other != inst.id:
+                raise ValueError(
+                    f"{where}.instances[{k}].host: deployment set {ds!r} already has instance "
+                    f"{other!r} on host {inst.host!r} (anti-affinity: one member per host)"
+                )
+            members[ds] = members.get(ds, 0) + 1
+            if members[ds] > sizes[ds]:
+                raise ValueError(
+                    f"{where}.instances[{k}].deployment_set: deployment set {ds!r} has more "
+                    f"than its max_size of {sizes[ds]} members"
+                )
 
 
 def _unique(field: str, names: list[str]) -> None:
