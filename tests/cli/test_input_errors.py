@@ -47,7 +47,7 @@ def _fleet(tmp_path: Path, data: dict[str, Any], name: str = "fleet.json") -> st
         ("b.yaml", "hosts: [{name: h1, numa_cells: [{shared_cpus: 1.0e+30, "),
         ("c.yaml", "hosts: [{name: h1, numa_cells: [{shared_cpus: 1e30, "),
         ("d.yaml", "hosts: [{name: h1, numa_cells: [{shared_cpus: 1000000000000000000000, "),
-        ("e.yaml", "hosts: [{name: h1, numa_cells: [{shared_cpus: 5000, "),
+        ("e.yaml", "hosts: [{name: h1, numa_cells: [{shared_cpus: 10000000, "),
         ("f.json", '{"hosts": [{"name": "h1", "numa_cells": [{"shared_cpus": true, '),
     ],
 )
@@ -113,7 +113,7 @@ def test_simulate_refuses_oversized_fleets(tmp_path: Path, fleet: str) -> None:
     ("body", "field"),
     [
         ({"per_cluster": {"std-2s": 10**12}}, "per_cluster.std-2s"),
-        ({"per_cluster": {"std-2s": True}}, "per_cluster.std-2s"),
+        ({"per_cluster": {"std-2s": True}}, "per_cluster must map host type"),
         (
             {"per_cluster": {}, "clusters": [{"idc": "a", "name": "c", "hosts": {"std-2s": "x"}}]},
             "clusters[0].hosts.std-2s",

@@ -23,6 +23,10 @@ MAX_QUANTITY = 1 << 40
 """The largest amount (MB, GB, counts) a file may give: far above any real host, far below
 what the int64 columns of `HostTable` overflow at, even times an allocation ratio of 64."""
 MAX_CPUS = 4096
+"""The most vCPUs a flavor may ask for."""
+MAX_CELL_CPUS = 1 << 20
+"""The most CPUs (or devices) a host cell may give; simulated host types scale their cores
+(docs/simulator.md), so this is well above any real socket."""
 
 
 def is_ident(name: str) -> bool:
@@ -38,7 +42,7 @@ def not_bool(value: object) -> object:
 
 Name = Annotated[str, Field(min_length=1, max_length=255)]
 NonNeg = Annotated[int, BeforeValidator(not_bool), Field(ge=0, le=MAX_QUANTITY)]
-Cpus = Annotated[int, BeforeValidator(not_bool), Field(ge=0, le=MAX_CPUS)]
+Cpus = Annotated[int, BeforeValidator(not_bool), Field(ge=0, le=MAX_CELL_CPUS)]
 Ratio = Annotated[float, Field(gt=0.0, le=64.0)]
 
 MAX_NUMA_CELLS = 2

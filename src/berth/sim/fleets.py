@@ -70,9 +70,13 @@ def parse_sizing(text: str) -> Sizing:
     return Sizing(per_cluster=counts, text=text.strip())
 
 
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def _count(value: object, where: str) -> int:
     """A host count: an integer from 0 to `MAX_SIZING_HOSTS` (not a boolean)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if not isinstance(value, int) or not _is_count(value):
         raise FleetSpecError(f"{where}: a host count must be an integer >= 0, got {value!r}")
     if value > MAX_SIZING_HOSTS:
         raise FleetSpecError(
@@ -90,7 +94,7 @@ def _sizing_from_yaml(data: dict[str, Any], source: str) -> Sizing:
     if unknown:
         raise FleetSpecError(f"{source}: unknown key {sorted(unknown)[0]!r} in a sizing spec")
     per = data.get("per_cluster") or {}
-    if not isinstance(per, dict):
+    if not isinstance(per, dict) or not all(_is_count(v) for v in per.values()):
         raise FleetSpecError(f"{source}: per_cluster must map host type -> count (>= 0)")
     per = {str(k): _count(v, f"{source}: per_cluster.{k}") for k, v in per.items()}
     clusters: list[tuple[str, str, dict[str, int] | None]] = []
