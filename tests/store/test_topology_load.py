@@ -66,3 +66,39 @@ def test_failed_load_writes_nothing_and_a_retry_succeeds(db_url: str, tmp_path: 
     retry = runner.invoke(app, ["db", "load-topology", "--topology", str(fixed), "--db", db_url])
     assert retry.exit_code == 0, retry.output
     assert "'hosts': 235" in retry.output
+
+
+def _refused(data: dict[str, Any], tmp_path: Path, *needles: str) -> None:
+    path = tmp_path / "topology.yaml"
+    path.write_text(yaml.safe_dump(data))
+    db = f"sqlite:///{tmp_path / 'berth.db'}"
+    result = runner.invoke(app, ["db", "load-topology", "--topology", str(path), "--db", db])
+    assert result.exit_code == 2, result.output
+    for needle in needles:
+        assert needle in result.output, result.output
+    assert all(n == 0 for n in _row_counts(db).values()), _row_counts(db)
+
+
+def test_a_set_over_its_max_size_is_refused(tmp_path: Path) -> None:
+    data = _demo()
+    size = sum(1 for i in _instances(data) if i.get("deployment_set") == "web-prod")
+    for ds in data["deployment_sets"]:
+        if ds["name"] == "web-prod":
+            ds["max_size"] = size - 1
+    _refused(data, tmp_path, "'web-prod'", f"max_size of {size - 1}")
+
+
+def test_a_rack_scoped_set_with_two_members_in_a_rack_is_refused(tmp_path: Path) -> None:
+    data = _demo()
+    for ds in data["deployment_sets"]:
+        if ds["name"] == "web-prod":
+            ds["scope"] = "rack"
+    first, second = [i for i in _instances(data) if i.get("deployment_set") == "web-prod"][:2]
+    for region in data["regions"]:
+        for idc in region["idcs"]:
+            for cluster in idc["clusters"]:
+                for host in cluster["hosts"]:
+                    host.pop("rack", None)
+                    if host["name"] in (first["host"], second["host"]):
+                        host["rack"] = "r-07"
+    _refused(data, tmp_path, "'web-prod'", "rack 'r-07'")

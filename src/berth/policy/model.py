@@ -344,28 +344,37 @@ def _check_names(spec: TopologySpec) -> None:
 
 
 def _check_sets(spec: TopologySpec) -> None:
-    """Deployment sets are anti-affinity sets of at most one member per host and at most
-    `max_size` members (as the store re-checks every claim: docs/service.md)."""
-    sizes = {s.name: s.max_size for s in spec.deployment_sets}
-    seen: dict[tuple[str, str], str] = {}
+    """Deployment sets keep anti-affinity (at most one member per host; with scope rack, per
+    rack of an IDC) and at most `max_size` members, as placements keep them (docs/policy.md)."""
+    sets = {s.name: s for s in spec.deployment_sets}
+    seen: dict[tuple[str, ...], str] = {}
     members: dict[str, int] = {}
-    for where, cluster in spec.clusters_with_paths():
-        for k, inst in enumerate(cluster.instances):
-            ds = inst.deployment_set
-            if ds is None:
-                continue
-            other = seen.setdefault((ds, inst.host), inst.id)
-            if other != inst.id:
-                raise ValueError(
-                    f"{where}.instances[{k}].host: deployment set {ds!r} already has instance "
-                    f"{other!r} on host {inst.host!r} (anti-affinity: one member per host)"
-                )
-            members[ds] = members.get(ds, 0) + 1
-            if members[ds] > sizes[ds]:
-                raise ValueError(
-                    f"{where}.instances[{k}].deployment_set: deployment set {ds!r} has more "
-                    f"than its max_size of {sizes[ds]} members"
-                )
+    for ri, region in enumerate(spec.regions):
+        for ii, idc in enumerate(region.idcs):
+            for ci, cluster in enumerate(idc.clusters):
+                racks = {h.name: h.rack for h in cluster.hosts}
+                for k, inst in enumerate(cluster.instances):
+                    if inst.deployment_set is None:
+                        continue
+                    ds = sets[inst.deployment_set]
+                    where = f"regions[{ri}].idcs[{ii}].clusters[{ci}].instances[{k}]"
+                    keys = [(ds.name, "host", inst.host)]
+                    rack = racks[inst.host]
+                    if ds.scope == DeploymentScope.RACK and rack is not None:
+                        keys.append((ds.name, "rack", idc.name, rack))
+                    for key in keys:
+                        other = seen.setdefault(key, inst.id)
+                        if other != inst.id:
+                            raise ValueError(
+                                f"{where}.host: deployment set {ds.name!r} already has instance "
+                                f"{other!r} on {key[1]} {key[-1]!r} (anti-affinity)"
+                            )
+                    members[ds.name] = members.get(ds.name, 0) + 1
+                    if members[ds.name] > ds.max_size:
+                        raise ValueError(
+                            f"{where}.deployment_set: deployment set {ds.name!r} has more than "
+                            f"its max_size of {ds.max_size} members"
+                        )
 
 
 def _unique(field: str, names: list[str]) -> None:
