@@ -64,17 +64,18 @@ def test_huge_memory_is_refused_not_overflowed(tmp_path: Path) -> None:
 
 
 def test_validate_reports_broken_anti_affinity(tmp_path: Path) -> None:
-    fleet = {
+    second = {"id": "b", "host": "h1", "flavor": "small", "server_group": "web"}
+    fleet: dict[str, Any] = {
         "hosts": [HOST, dict(HOST, name="h2")],
         "flavors": [FLAVOR],
         "server_groups": [{"id": "web", "policy": "anti-affinity"}],
         "instances": [
             {"id": "a", "host": "h1", "flavor": "small", "server_group": "web"},
-            {"id": "b", "host": "h1", "flavor": "small", "server_group": "web"},
+            second,
         ],
     }
     _one_error(["validate", _fleet(tmp_path, fleet)], "instances[1].host", "'web'", "'h1'")
-    fleet["instances"][1]["host"] = "h2"
+    second["host"] = "h2"
     ok = runner.invoke(app, ["validate", _fleet(tmp_path, fleet, "ok.json")])
     assert ok.exit_code == 0, ok.output
 

@@ -358,7 +358,7 @@ def _check_sets(spec: TopologySpec) -> None:
                         continue
                     ds = sets[inst.deployment_set]
                     where = f"regions[{ri}].idcs[{ii}].clusters[{ci}].instances[{k}]"
-                    keys = [(ds.name, "host", inst.host)]
+                    keys: list[tuple[str, ...]] = [(ds.name, "host", inst.host)]
                     rack = racks[inst.host]
                     if ds.scope == DeploymentScope.RACK and rack is not None:
                         keys.append((ds.name, "rack", idc.name, rack))
