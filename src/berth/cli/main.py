@@ -32,7 +32,7 @@ from berth.core.registry import FILTERS, WEIGHERS
 from berth.core.request import RequestSpec
 from berth.core.table import HostTable
 from berth.fleet.demo import demo_fleet_path
-from berth.fleet.io import describe_validation_error, load_fleet
+from berth.fleet.io import check_server_groups, describe_validation_error, load_fleet
 
 app = typer.Typer(
     help="Berth: VM placement and capacity for private clouds.",
@@ -268,9 +268,11 @@ def capacity(
 # ---------------------------------------------------------------------------- misc
 @app.command()
 def validate(fleet: Annotated[Path, typer.Argument(help="Fleet snapshot to check.")]) -> None:
-    """Check a fleet file: schema, references, flavor specs, and that every instance fits."""
+    """Check a fleet file: schema, references, flavor specs, that every instance fits and that
+    the instances keep their server groups' (anti-)affinity."""
     with _clear_errors():
         fleet_model, table = _load(fleet)
+        check_server_groups(fleet_model, str(fleet))
     out.print(
         f"ok: {len(table)} hosts, {len(table.flavors)} flavors, "
         f"{len(fleet_model.instances)} instances, {len(table.groups)} server groups"

@@ -17,6 +17,8 @@ if TYPE_CHECKING:  # the service and store load only when `serve` runs (a fast `
     from berth.policy.model import Policy
     from berth.store.repo import Store
 
+MAX_PORT = 65535
+
 
 def serve(
     db: DbOpt = None,
@@ -81,6 +83,8 @@ def serve(
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
 ) -> None:
     """Run the Berth service (REST API on uvicorn)."""
+    if not 1 <= port <= MAX_PORT:  # uvicorn would listen on `port` modulo 65536
+        fail(f"--port: {port} is not a TCP port (1-{MAX_PORT})")
     import socket
 
     import uvicorn
