@@ -85,6 +85,7 @@ def serve(
     """Run the Berth service (REST API on uvicorn)."""
     if not 1 <= port <= MAX_PORT:  # uvicorn would listen on `port` modulo 65536
         fail(f"--port: {port} is not a TCP port (1-{MAX_PORT})")
+    _ensure_port_free(host, port)  # before any heavy import or output
     import socket
 
     import uvicorn
@@ -93,7 +94,6 @@ def serve(
     from berth.service.config import ServiceConfig
     from berth.service.demo import load_demo as _load_demo
 
-    _ensure_port_free(host, port)
     url = db_url(db, data_dir)
     scheduler = profile(profile_name) if config is None else _read_config(config)
     if host_subset_size != 1:
