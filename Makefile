@@ -1,29 +1,37 @@
 # The two commands of the README: `make run` and `make test`.
-# Each creates the virtual environment (.venv) and installs what it needs the first time.
+# `make run` installs what running needs; the targets that check the code add the dev extra.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
+DEV_STAMP := $(VENV)/.installed-dev
 
 .PHONY: run test lint typecheck unit quick postgres bench clean
 
-$(STAMP): pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	touch $(RUN_STAMP)
+
+$(DEV_STAMP): $(RUN_STAMP)
 	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	touch $(DEV_STAMP)
 
-# The service on SQLite (out/berth/berth.db) with the demo topology; prints its URL and a token.
-run: $(STAMP)
-	$(BIN)/berth serve --data-dir out/berth --load-demo --simulate-agents --print-admin-token
+# The service on SQLite (out/berth/berth.db, the data dir every `berth` command defaults to) with
+# the demo topology; prints its URL and the admin token kept in out/berth/admin-token.
+run: $(RUN_STAMP)
+	$(BIN)/berth serve --load-demo --simulate-agents --print-admin-token
 
-test: $(STAMP) lint typecheck postgres unit
+test: $(DEV_STAMP) lint typecheck postgres unit
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 
-typecheck: $(STAMP)
+typecheck: $(DEV_STAMP)
 	$(BIN)/mypy
 
 # The tests run in parallel, one pytest-xdist worker per CPU (TEST_WORKERS=0: in this process).
@@ -33,18 +41,18 @@ typecheck: $(STAMP)
 TEST_WORKERS ?= auto
 PYTEST := $(BIN)/pytest -q -n $(TEST_WORKERS) --maxschedchunk 1
 
-unit: $(STAMP) postgres
+unit: $(DEV_STAMP) postgres
 	$(PYTEST)
 
 # The quick loop while developing: every test but the slow end-to-end ones (`make test` runs all).
-quick: $(STAMP) postgres
+quick: $(DEV_STAMP) postgres
 	$(PYTEST) -m "not slow"
 
 # The store and service tests need PostgreSQL: use a running server, else start or install one.
 postgres:
 	scripts/ensure-postgres.sh
 
-bench: $(STAMP)
+bench: $(RUN_STAMP)
 	$(BIN)/python benchmarks/bench_core.py
 
 clean:

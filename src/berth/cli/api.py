@@ -15,6 +15,7 @@ from rich.table import Table
 from berth.cli.api_client import JsonOpt, TokenOpt, UrlOpt, api_error, call, emit_json
 from berth.cli.api_defrag import defrag_app
 from berth.cli.service_options import out
+from berth.cli.tables import print_table
 
 api_app = typer.Typer(
     help="Client commands that call a running Berth service.", no_args_is_help=True
@@ -69,7 +70,7 @@ def api_place(
             for c in inst["cells"]
         )
         grid.add_row(inst["id"], inst["host"], inst["cluster"], cells or "floating")
-    out.print(grid)
+    print_table(out, grid)
 
 
 @api_app.command("capacity")
@@ -95,7 +96,7 @@ def api_capacity(
         grid.add_column(g, justify="right")
     for f in data["flavors"]:
         grid.add_row(f, *(str(groups[g].get(f, 0)) for g in groups))
-    out.print(grid)
+    print_table(out, grid)
 
 
 @api_app.command("hosts")
@@ -129,7 +130,7 @@ def api_hosts(
             f"{u.get('pinned_cpus_used', '-')}/{u.get('pinned_cpus', '-')}",
             f"{u.get('memory_mb_used', '-')}/{u.get('memory_mb', '-')}",
         )
-    out.print(grid)
+    print_table(out, grid)
 
 
 @api_app.command("instances")
@@ -160,7 +161,7 @@ def api_instances(
         grid.add_row(
             i["id"], i["project"], i["flavor"], i["host"], i["cluster"], i["deployment_set"] or "-"
         )
-    out.print(grid)
+    print_table(out, grid)
 
 
 @api_app.command("delete")

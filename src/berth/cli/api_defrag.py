@@ -9,6 +9,7 @@ from rich.table import Table
 
 from berth.cli.api_client import JsonOpt, TokenOpt, UrlOpt, api_error, call, emit_json
 from berth.cli.service_options import out
+from berth.cli.tables import print_table
 
 defrag_app = typer.Typer(
     help="Defragmentation plans of a running service (live migrations, step by step).",
@@ -63,7 +64,7 @@ def _show_plan(plan: dict[str, Any]) -> None:
                 st["state"],
                 st["reason"] or "",
             )
-        out.print(grid)
+        print_table(out, grid)
 
 
 def _emit_plan(plan: Any, as_json: bool) -> None:
@@ -160,7 +161,7 @@ def defrag_list(
         grid.add_row(
             p["id"], p["cluster"], p["state"], str(p["migrations"]), steps, p["created_by"]
         )
-    out.print(grid)
+    print_table(out, grid)
 
 
 @defrag_app.command("show")

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from berth.cli.tables import print_table
 from berth.core.config import PROFILES, profile
 from berth.core.defrag import Budget, Move, Objective, Plan, Target, plan_defrag
 from berth.core.defrag.admit import MAX_ADMISSION, Admission, fitting, plan_admission
@@ -134,7 +135,7 @@ def _moves_table(planned: Sequence[Move], table: HostTable) -> None:
         cells = d.cells_used(np.array(m.cell_use, dtype=np.int64))
         where = ", ".join(f"{c}: {v} CPU {mb} MB" for c, v, mb in cells) or "-"
         moves.add_row(str(m.step), str(m.wave), m.instance_id, m.flavor, m.source, m.target, where)
-    out.print(moves)
+    print_table(out, moves)
 
 
 def _print_figures(plan: Plan, exact: dict[str, Any] | None) -> None:

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from berth.cli.schedule import capacity_by_topology
+from berth.cli.tables import print_table
 from berth.core.capacity import capacity_matrix, totals_by_aggregate, totals_by_zone
 from berth.core.config import PROFILES, SchedulerConfig, profile
 from berth.core.engine import Decision, FilterScheduler
@@ -31,7 +32,7 @@ from berth.core.registry import FILTERS, WEIGHERS
 from berth.core.request import RequestSpec
 from berth.core.table import HostTable
 from berth.fleet.demo import demo_fleet_path
-from berth.fleet.io import describe_validation_error, load_fleet
+from berth.fleet.io import check_server_groups, describe_validation_error, load_fleet
 
 app = typer.Typer(
     help="Berth: VM placement and capacity for private clouds.",
@@ -144,7 +145,7 @@ def _print_decision(decision: Decision, table: HostTable) -> None:
             ", ".join(cells) or "floating",
             ", ".join(s.alternates) or "-",
         )
-    out.print(grid)
+    print_table(out, grid)
 
 
 def _run_place(
@@ -261,15 +262,17 @@ def capacity(
         grid.add_column(group_name, justify="right")
     for name in names:
         grid.add_row(name, *(str(groups[g][name]) for g in groups))
-    out.print(grid)
+    print_table(out, grid)
 
 
 # ---------------------------------------------------------------------------- misc
 @app.command()
 def validate(fleet: Annotated[Path, typer.Argument(help="Fleet snapshot to check.")]) -> None:
-    """Check a fleet file: schema, references, flavor specs, and that every instance fits."""
+    """Check a fleet file: schema, references, flavor specs, that every instance fits and that
+    the instances keep their server groups' (anti-)affinity."""
     with _clear_errors():
         fleet_model, table = _load(fleet)
+        check_server_groups(fleet_model, str(fleet))
     out.print(
         f"ok: {len(table)} hosts, {len(table.flavors)} flavors, "
         f"{len(fleet_model.instances)} instances, {len(table.groups)} server groups"

@@ -11,20 +11,21 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from berth.cli.tables import print_table
 from berth.core.errors import BerthError
 from berth.fleet.io import describe_validation_error
-from berth.policy.demo import POLICY_FILE, TOPOLOGY_FILE, shipped_path
-from berth.policy.loader import load_policy, load_topology
 from berth.policy.model import Business
 from berth.policy.outcome import Failure, Placement, ScheduleRequest
-from berth.policy.pipeline import PolicyEngine
+
+if TYPE_CHECKING:  # the engine (SciPy for its bounds) loads when a command runs: a fast --help
+    from berth.policy.pipeline import PolicyEngine
 
 out = Console()
 err = Console(stderr=True)
@@ -49,6 +50,10 @@ def _fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
 
 def load_engine(topology: Path | None, policy: Path | None) -> tuple[PolicyEngine, float | None]:
     """Read both files and build the engine; bad input raises `BerthError` naming the field."""
+    from berth.policy.demo import POLICY_FILE, TOPOLOGY_FILE, shipped_path
+    from berth.policy.loader import load_policy, load_topology
+    from berth.policy.pipeline import PolicyEngine
+
     pol = load_policy(policy if policy is not None else shipped_path(POLICY_FILE))
     topo = load_topology(topology if topology is not None else shipped_path(TOPOLOGY_FILE))
     return PolicyEngine(pol, topo), topo.now
@@ -94,7 +99,7 @@ def _print_placement(engine: PolicyEngine, p: Placement, elapsed_ms: float) -> N
             ", ".join(cells) or "floating",
             ", ".join(s.alternates) or "-",
         )
-    out.print(grid)
+    print_table(out, grid)
     if p.plan is None or not p.plan.evictions:
         out.print("evictions: none")
         return
@@ -103,7 +108,7 @@ def _print_placement(engine: PolicyEngine, p: Placement, elapsed_ms: float) -> N
         ev.add_column(col)
     for v in p.plan.victims:
         ev.add_row(v.instance_id, v.host, v.flavor, f"{v.created_at:.0f}" if v.created_at else "-")
-    out.print(ev)
+    print_table(out, ev)
 
 
 def _print_failure(f: Failure) -> None:

@@ -17,6 +17,8 @@ if TYPE_CHECKING:  # the service and store load only when `serve` runs (a fast `
     from berth.policy.model import Policy
     from berth.store.repo import Store
 
+MAX_PORT = 65535
+
 
 def serve(
     db: DbOpt = None,
@@ -72,11 +74,18 @@ def serve(
         typer.Option(min=0.0, help="Seconds a host report may be ahead of this clock (422)."),
     ] = 300.0,
     print_admin_token: Annotated[
-        bool, typer.Option("--print-admin-token", help="Create an admin token and print it.")
+        bool,
+        typer.Option(
+            "--print-admin-token",
+            help="Print an admin token, kept in DATA_DIR/admin-token and reused at each start.",
+        ),
     ] = False,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
 ) -> None:
     """Run the Berth service (REST API on uvicorn)."""
+    if not 1 <= port <= MAX_PORT:  # uvicorn would listen on `port` modulo 65536
+        fail(f"--port: {port} is not a TCP port (1-{MAX_PORT})")
+    _ensure_port_free(host, port)  # before any heavy import or output
     import socket
 
     import uvicorn
@@ -107,7 +116,7 @@ def serve(
         max_clock_skew=max_clock_skew,
     )
     app = create_app(cfg, store=store, simulate_heartbeats=simulate_agents)
-    _announce(store, rid, host, port, print_admin_token)
+    _announce(store, rid, host, port, data_dir if print_admin_token else None)
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
 
 
@@ -140,14 +149,51 @@ def _load_policy(path: Path, store: Store) -> Policy:
     return policy
 
 
-def _announce(store: Store, replica_id: str, host: str, port: int, admin_token: bool) -> None:
-    """Print where the replica serves (and an admin token when asked) before uvicorn starts."""
+def _ensure_port_free(host: str, port: int) -> None:
+    """Exit 2 with one line, before anything is printed or loaded, when the port is taken (a
+    second `make run`); uvicorn would only fail after the banner and the token."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            fail(f"--port: {host}:{port} is not available ({exc.strerror}); is Berth running?")
+
+
+ADMIN_TOKEN_FILE = "admin-token"
+
+
+def _admin_token(store: Store, data_dir: Path) -> str:
+    """The admin token kept in DATA_DIR/admin-token (mode 0600), minted only when the file is
+    missing or its token no longer authenticates: each start does not add another admin token."""
+    import os
+
+    path = data_dir / ADMIN_TOKEN_FILE
+    if path.is_file():
+        secret = path.read_text(encoding="utf-8").strip()
+        row = store.lookup_token(secret) if secret else None
+        if row is not None and row.role == "admin":
+            return secret
+    _, secret = store.create_token("serve-admin", "admin")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(secret + "\n")
+    path.chmod(0o600)  # an existing file keeps its mode under O_CREAT
+    return secret
+
+
+def _announce(store: Store, replica_id: str, host: str, port: int, token_dir: Path | None) -> None:
+    """Print where the replica serves (and the admin token when asked) before uvicorn starts."""
     shown = "localhost" if host in ("0.0.0.0", "127.0.0.1") else host
     where = store.engine.url.render_as_string(hide_password=True)
     out.print(f"Berth replica {replica_id} on {where}")
     out.print(f"URL: http://{shown}:{port}   (API docs: http://{shown}:{port}/docs)")
-    if admin_token:
-        _, secret = store.create_token("serve-admin", "admin")
+    if token_dir is not None:
+        secret = _admin_token(store, token_dir)
         out.print(f"admin token: {secret}", soft_wrap=True, highlight=False)
         out.print(
             f"try: BERTH_URL=http://{shown}:{port} BERTH_TOKEN={secret} berth api capacity",

@@ -21,9 +21,15 @@ DbOpt = Annotated[
 ]
 DataDirOpt = Annotated[
     Path,
-    typer.Option("--data-dir", envvar="BERTH_DATA_DIR", help="Where the SQLite file lives."),
+    typer.Option(
+        "--data-dir",
+        envvar="BERTH_DATA_DIR",
+        help="Where the SQLite file (berth.db) and the serve admin token live.",
+    ),
 ]
-DEFAULT_DATA_DIR = Path("berth-data")
+DEFAULT_DATA_DIR = Path("out/berth")
+"""One default for `serve`, `db` and `admin`, the directory `make run` uses (docs/service.md):
+a token created with `berth admin create-token` is valid for the service `make run` started."""
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

@@ -13,7 +13,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -22,17 +22,14 @@ from rich.table import Table
 
 from berth.core.defrag.admit import MAX_ADMISSION
 from berth.core.errors import BerthError
-from berth.sim.azure import read_azure
-from berth.sim.defrag import PeriodicDefrag, parse_budget, parse_interval
-from berth.sim.evictions import default_evictor
-from berth.sim.fleets import load_fleet_or_sizing
-from berth.sim.policies import Policy, resolve, resolve_all, with_admission
-from berth.sim.replay import ReplayOptions, Simulation
-from berth.sim.report import write_report
-from berth.sim.synthetic import DEFAULT_SIZING, SyntheticConfig, generate
-from berth.sim.trace import Trace
-from berth.sim.tracefile import read_trace
-from berth.sim.types import PolicyRun
+from berth.sim.synthetic import DEFAULT_SIZING
+
+if TYPE_CHECKING:  # the replay (SciPy for its bounds) loads when `simulate` runs: a fast --help
+    from berth.sim.defrag import PeriodicDefrag
+    from berth.sim.policies import Policy
+    from berth.sim.replay import Simulation
+    from berth.sim.trace import Trace
+    from berth.sim.types import PolicyRun
 
 out = Console()
 err = Console(stderr=True)
@@ -48,6 +45,10 @@ def _fail(message: str) -> NoReturn:
 
 
 def load_trace(spec: str, seed: int, azure_dir: Path | None, days: float) -> Trace:
+    from berth.sim.azure import read_azure
+    from berth.sim.synthetic import SyntheticConfig, generate
+    from berth.sim.tracefile import read_trace
+
     if spec == "azure":
         return read_azure(azure_dir)
     if spec == "synthetic":
@@ -83,6 +84,12 @@ def run_simulation(
 
     With `defrag_every`, every policy is replayed twice: as it is, and with periodic
     defragmentation (named ``policy+defrag``)."""
+    from berth.sim.evictions import default_evictor
+    from berth.sim.fleets import load_fleet_or_sizing
+    from berth.sim.policies import resolve, resolve_all, with_admission
+    from berth.sim.replay import ReplayOptions, Simulation
+    from berth.sim.report import write_report
+
     # options first: fail before reading a trace
     defrag = _defrag_action(defrag_every, defrag_budget, defrag_flavors, defrag_concurrent)
     trace = load_trace(trace_spec, seed, azure_dir, days)
@@ -141,6 +148,8 @@ def _defrag_action(
     every: str | None, budget: str, flavors: list[str] | None, concurrent: int
 ) -> PeriodicDefrag | None:
     """The --defrag-* options as a periodic action (None without --defrag-every)."""
+    from berth.sim.defrag import PeriodicDefrag, parse_budget, parse_interval
+
     if every is None:
         return None
     share, count = parse_budget(budget)

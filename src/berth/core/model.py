@@ -7,13 +7,42 @@ The models hold no behaviour beyond validation.
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+IDENT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$"
+"""The API's identifier rule (docs/api.md); names a topology load writes must follow it too."""
+IDENT_MAX = 128
+IDENT_RULE = f"letters, digits and ._:@-, starting with a letter or digit, at most {IDENT_MAX}"
+_IDENT = re.compile(IDENT_PATTERN)
+
+MAX_QUANTITY = 1 << 40
+"""The largest amount (MB, GB, counts) a file may give: far above any real host, far below
+what the int64 columns of `HostTable` overflow at, even times an allocation ratio of 64."""
+MAX_CPUS = 4096
+"""The most vCPUs a flavor may ask for."""
+MAX_CELL_CPUS = 1 << 20
+"""The most CPUs (or devices) a host cell may give; simulated host types scale their cores
+(docs/simulator.md), so this is well above any real socket."""
+
+
+def is_ident(name: str) -> bool:
+    return len(name) <= IDENT_MAX and _IDENT.match(name) is not None
+
+
+def not_bool(value: object) -> object:
+    """YAML and JSON booleans are ints to pydantic; a count given as `true` is a mistake."""
+    if isinstance(value, bool):
+        raise ValueError("Input should be an integer, not a boolean")
+    return value
+
 
 Name = Annotated[str, Field(min_length=1, max_length=255)]
-NonNeg = Annotated[int, Field(ge=0)]
+NonNeg = Annotated[int, BeforeValidator(not_bool), Field(ge=0, le=MAX_QUANTITY)]
+Cpus = Annotated[int, BeforeValidator(not_bool), Field(ge=0, le=MAX_CELL_CPUS)]
 Ratio = Annotated[float, Field(gt=0.0, le=64.0)]
 
 MAX_NUMA_CELLS = 2
@@ -31,11 +60,11 @@ class _Strict(BaseModel):
 class NumaCell(_Strict):
     """One host NUMA cell: CPUs split into a shared (floating) and a dedicated (pinnable) set."""
 
-    shared_cpus: NonNeg = 0
-    dedicated_cpus: NonNeg = 0
+    shared_cpus: Cpus = 0
+    dedicated_cpus: Cpus = 0
     memory_mb: NonNeg = Field(description="small-page memory available to guests in this cell")
     hugepages_mb: NonNeg = Field(0, description="memory held as huge pages in this cell")
-    pci: dict[Name, NonNeg] = Field(
+    pci: dict[Name, Cpus] = Field(
         default_factory=dict, description="PCI device pools local to this cell: type -> count"
     )
 
@@ -65,7 +94,7 @@ class Host(_Strict):
     reserved_disk_gb: NonNeg = 0
     hugepage_size_kb: Literal[0, 2048, 1048576] = 0
     disk: DiskInventory = Field(default_factory=DiskInventory)
-    io_ops: NonNeg = 0
+    io_ops: Annotated[int, BeforeValidator(not_bool), Field(ge=0, le=1_000_000)] = 0
     rack: Name | None = None
     numa_cells: list[NumaCell] = Field(min_length=1, max_length=MAX_NUMA_CELLS)
 
@@ -83,8 +112,8 @@ class DiskKind(StrEnum):
 
 class Flavor(_Strict):
     name: Name
-    vcpus: Annotated[int, Field(ge=1, le=4096)]
-    memory_mb: Annotated[int, Field(ge=1)]
+    vcpus: Annotated[int, BeforeValidator(not_bool), Field(ge=1, le=MAX_CPUS)]
+    memory_mb: Annotated[int, BeforeValidator(not_bool), Field(ge=1, le=MAX_QUANTITY)]
     root_gb: NonNeg = 0
     ephemeral_gb: NonNeg = 0
     swap_mb: NonNeg = 0
@@ -110,14 +139,14 @@ class GroupPolicy(StrEnum):
 class ServerGroup(_Strict):
     id: Name
     policy: GroupPolicy
-    max_server_per_host: Annotated[int, Field(ge=1)] = 1
+    max_server_per_host: Annotated[int, BeforeValidator(not_bool), Field(ge=1, le=100_000)] = 1
 
 
 class CellPlacement(_Strict):
     """Exact use of one host cell by an instance (for snapshots of existing instances)."""
 
     cell: Annotated[int, Field(ge=0, lt=MAX_NUMA_CELLS)]
-    vcpus: NonNeg
+    vcpus: Cpus
     memory_mb: NonNeg
 
 

@@ -10,7 +10,7 @@ import yaml
 from pydantic import ValidationError
 
 from berth.core.errors import BerthError
-from berth.core.model import Fleet
+from berth.core.model import Fleet, GroupPolicy
 
 
 class FleetFileError(BerthError):
@@ -41,6 +41,35 @@ def parse_fleet(data: Any, source: str = "fleet") -> Fleet:
         return Fleet.model_validate(data)
     except ValidationError as exc:
         raise FleetFileError(f"{source}: {describe_validation_error(exc)}") from None
+
+
+def check_server_groups(fleet: Fleet, source: str = "fleet") -> None:
+    """Raise `FleetFileError` when the instances break a hard server-group policy: more
+    anti-affinity members on a host than `max_server_per_host`, or affinity members on two
+    hosts. Loading keeps such a snapshot (a real cloud can be in that state); `berth validate`
+    reports it (docs/fleet-format.md)."""
+    policies = {g.id: g for g in fleet.server_groups}
+    on_host: dict[tuple[str, str], int] = {}
+    first_host: dict[str, str] = {}
+    for i, inst in enumerate(fleet.instances):
+        group = policies.get(inst.server_group or "")
+        if group is None:
+            continue
+        where = f"{source}: instances[{i}].host"
+        if group.policy == GroupPolicy.ANTI_AFFINITY:
+            n = on_host[(group.id, inst.host)] = on_host.get((group.id, inst.host), 0) + 1
+            if n > group.max_server_per_host:
+                raise FleetFileError(
+                    f"{where}: {n} members of anti-affinity server group {group.id!r} on host "
+                    f"{inst.host!r} (at most {group.max_server_per_host})"
+                )
+        elif group.policy == GroupPolicy.AFFINITY:
+            other = first_host.setdefault(group.id, inst.host)
+            if other != inst.host:
+                raise FleetFileError(
+                    f"{where}: affinity server group {group.id!r} has members on hosts "
+                    f"{other!r} and {inst.host!r}"
+                )
 
 
 def load_fleet(path: str | Path) -> Fleet:

@@ -18,12 +18,24 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from berth.core.config import SchedulerConfig
-from berth.core.model import DiskKind, Host, Instance, Name, NonNeg, PciAlias
+from berth.core.model import (
+    IDENT_RULE,
+    MAX_CPUS,
+    MAX_QUANTITY,
+    DiskKind,
+    Host,
+    Instance,
+    Name,
+    NonNeg,
+    PciAlias,
+    is_ident,
+    not_bool,
+)
 
-Positive = Annotated[int, Field(ge=1)]
+Positive = Annotated[int, BeforeValidator(not_bool), Field(ge=1, le=MAX_QUANTITY)]
 
 
 class _Strict(BaseModel):
@@ -87,7 +99,7 @@ class BaseFlavor(_Strict):
 
     name: Name
     family: Family
-    vcpus: Annotated[int, Field(ge=1, le=4096)]
+    vcpus: Annotated[int, BeforeValidator(not_bool), Field(ge=1, le=MAX_CPUS)]
     memory_mb: Positive
     root_gb: NonNeg = 0
     ephemeral_gb: NonNeg = 0
@@ -298,7 +310,71 @@ class TopologySpec(_Strict):
                                 f"{where}.instances[{k}].deployment_set: unknown set "
                                 f"{inst.deployment_set!r}"
                             )
+        _check_names(self)
+        _check_sets(self)
         return self
+
+    def clusters_with_paths(self) -> list[tuple[str, ClusterSpec]]:
+        """Every cluster with its field path (`regions[0].idcs[1].clusters[2]`)."""
+        return [
+            (f"regions[{ri}].idcs[{ii}].clusters[{ci}]", cluster)
+            for ri, region in enumerate(self.regions)
+            for ii, idc in enumerate(region.idcs)
+            for ci, cluster in enumerate(idc.clusters)
+        ]
+
+
+def _check_names(spec: TopologySpec) -> None:
+    """Everything a topology load writes must be addressable through the API afterwards, so
+    its names follow the API's identifier rule (`IDENT_PATTERN`, docs/api.md)."""
+    named: list[tuple[str, str]] = []
+    for ri, region in enumerate(spec.regions):
+        named.append((f"regions[{ri}].name", region.name))
+        for ii, idc in enumerate(region.idcs):
+            named.append((f"regions[{ri}].idcs[{ii}].name", idc.name))
+    for where, cluster in spec.clusters_with_paths():
+        named.append((f"{where}.name", cluster.name))
+        named += [(f"{where}.networks[{k}].name", n.name) for k, n in enumerate(cluster.networks)]
+        named += [(f"{where}.hosts[{k}].name", h.name) for k, h in enumerate(cluster.hosts)]
+        named += [(f"{where}.instances[{k}].id", i.id) for k, i in enumerate(cluster.instances)]
+    named += [(f"deployment_sets[{k}].name", s.name) for k, s in enumerate(spec.deployment_sets)]
+    for field, name in named:
+        if not is_ident(name):
+            raise ValueError(f"{field}: {name!r} is not a valid name ({IDENT_RULE})")
+
+
+def _check_sets(spec: TopologySpec) -> None:
+    """Deployment sets keep anti-affinity (at most one member per host; with scope rack, per
+    rack of an IDC) and at most `max_size` members, as placements keep them (docs/policy.md)."""
+    sets = {s.name: s for s in spec.deployment_sets}
+    seen: dict[tuple[str, ...], str] = {}
+    members: dict[str, int] = {}
+    for ri, region in enumerate(spec.regions):
+        for ii, idc in enumerate(region.idcs):
+            for ci, cluster in enumerate(idc.clusters):
+                racks = {h.name: h.rack for h in cluster.hosts}
+                for k, inst in enumerate(cluster.instances):
+                    if inst.deployment_set is None:
+                        continue
+                    ds = sets[inst.deployment_set]
+                    where = f"regions[{ri}].idcs[{ii}].clusters[{ci}].instances[{k}]"
+                    keys: list[tuple[str, ...]] = [(ds.name, "host", inst.host)]
+                    rack = racks[inst.host]
+                    if ds.scope == DeploymentScope.RACK and rack is not None:
+                        keys.append((ds.name, "rack", idc.name, rack))
+                    for key in keys:
+                        other = seen.setdefault(key, inst.id)
+                        if other != inst.id:
+                            raise ValueError(
+                                f"{where}.host: deployment set {ds.name!r} already has instance "
+                                f"{other!r} on {key[1]} {key[-1]!r} (anti-affinity)"
+                            )
+                    members[ds.name] = members.get(ds.name, 0) + 1
+                    if members[ds.name] > ds.max_size:
+                        raise ValueError(
+                            f"{where}.deployment_set: deployment set {ds.name!r} has more than "
+                            f"its max_size of {ds.max_size} members"
+                        )
 
 
 def _unique(field: str, names: list[str]) -> None:

@@ -31,6 +31,7 @@ from berth.service.routes import (
     catalogue,
     defrag,
     deployment_sets,
+    docs,
     events,
     health,
     hosts,
@@ -56,6 +57,7 @@ ROUTERS = (
     capacity.router,
     events.router,
     tokens.router,
+    docs.router,
 )
 """Every router, in the order /openapi.json lists their paths."""
 
@@ -95,7 +97,10 @@ def create_app(
         "`Authorization: Bearer <token>`. Errors: `{error: {code, message, field, details}}`.",
         lifespan=lifespan,
         responses=ERROR_RESPONSES,
+        docs_url=None,  # routes/docs.py serves both pages from local assets
+        redoc_url=None,
     )
+    docs.mount_assets(app)
     app.state.config = config
     app.state.replica = replica
     app.state.store = store

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Header, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from berth.service.auth import Authenticator, Principal, require
@@ -24,12 +25,18 @@ from berth.service.metrics import Metrics
 from berth.service.replica import Replica
 from berth.store.repo import Store
 
-
 # ---------------------------------------------------------------------------- who is calling
+_bearer = HTTPBearer(auto_error=False, description="`berth admin create-token` prints one.")
+"""Declares the `HTTPBearer` security scheme in /openapi.json (Swagger UI's Authorize button);
+it rejects nothing itself: `Authenticator` reads the header and answers every 401."""
+
+
 async def _principal(
-    request: Request, authorization: Annotated[str | None, Header()] = None
+    request: Request,
+    _declared: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)] = None,
 ) -> Principal:
     auth: Authenticator = request.app.state.auth
+    authorization = request.headers.get("authorization")
     found = auth.cached(authorization)
     if found is None:
         found = await run_in_threadpool(auth.authenticate, authorization)

@@ -200,9 +200,13 @@ def load_topology_into(store: Store, policy: Policy, spec: Any, now: float | Non
     Regions' IDCs become regions with a parent, clusters keep their networks (free IPs) and
     images, disabled clusters are recorded as having left, and running instances keep their
     exact footprints (as the core claims them), business type, creation time and set.
+
+    Everything is checked before the first write: the spec's own rules (names, deployment
+    sets) when it was parsed, and every instance's claim here, by building the engine's
+    topology; a load that fails leaves the store as it was.
     """
-    ensure_catalogue(store, policy)
     engine = PolicyEngine(policy, spec)
+    ensure_catalogue(store, policy)
     shift = 0.0 if now is None or spec.now is None else now - spec.now
     for ds in spec.deployment_sets:
         store.add_group(GroupRow(ds.name, "default", "anti-affinity", 1, ds.max_size, 0, ds.scope))

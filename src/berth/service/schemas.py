@@ -7,19 +7,20 @@ characters, unbounded numbers are refused with a 422 naming the field).
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from berth.core.defrag.admit import MAX_ADMISSION
-from berth.core.model import DiskKind, GroupPolicy, NumaCell
+from berth.core.model import IDENT_MAX, IDENT_PATTERN, DiskKind, GroupPolicy, NumaCell
 
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$"
-Ident = Annotated[str, Field(min_length=1, max_length=128, pattern=NAME_PATTERN)]
+NAME_PATTERN = IDENT_PATTERN
+Ident = Annotated[str, Field(min_length=1, max_length=IDENT_MAX, pattern=NAME_PATTERN)]
 Text = Annotated[str, Field(max_length=1024, pattern=r"^[^\x00-\x1f\x7f]*$")]
-Count = Annotated[int, Field(ge=0, le=1_000_000_000)]
-Timestamp = Annotated[float, Field(ge=0, le=1e11, allow_inf_nan=False)]
-Ratio = Annotated[float, Field(gt=0.0, le=64.0, allow_inf_nan=False)]
+Count = Annotated[int, Field(strict=True, ge=0, le=1_000_000_000)]
+Timestamp = Annotated[float, Field(strict=True, ge=0, le=1e11, allow_inf_nan=False)]
+Ratio = Annotated[float, Field(strict=True, gt=0.0, le=64.0, allow_inf_nan=False)]
 
 BusinessType = Literal["on-demand", "preemptible", "auto-scaling"]
 Role = Literal["admin", "operator", "tenant", "reader"]
@@ -67,19 +68,21 @@ class Pool(BaseModel):
 
 
 class CellIn(_In):
-    shared_cpus: Annotated[int, Field(ge=0, le=4096)] = 0
-    dedicated_cpus: Annotated[int, Field(ge=0, le=4096)] = 0
-    memory_mb: Annotated[int, Field(ge=0, le=1 << 40)]
-    hugepages_mb: Annotated[int, Field(ge=0, le=1 << 40)] = 0
-    pci: dict[Ident, Annotated[int, Field(ge=0, le=4096)]] = Field(default_factory=dict)
+    shared_cpus: Annotated[int, Field(strict=True, ge=0, le=4096)] = 0
+    dedicated_cpus: Annotated[int, Field(strict=True, ge=0, le=4096)] = 0
+    memory_mb: Annotated[int, Field(strict=True, ge=0, le=1 << 40)]
+    hugepages_mb: Annotated[int, Field(strict=True, ge=0, le=1 << 40)] = 0
+    pci: dict[Ident, Annotated[int, Field(strict=True, ge=0, le=4096)]] = Field(
+        default_factory=dict
+    )
 
     def core(self) -> NumaCell:
         return NumaCell(**self.model_dump())
 
 
 class DiskIn(_In):
-    hdd_gb: Annotated[int, Field(ge=0, le=1 << 40)] = 0
-    ssd_gb: Annotated[int, Field(ge=0, le=1 << 40)] = 0
+    hdd_gb: Annotated[int, Field(strict=True, ge=0, le=1 << 40)] = 0
+    ssd_gb: Annotated[int, Field(strict=True, ge=0, le=1 << 40)] = 0
 
 
 class HostIn(_In):
@@ -97,8 +100,8 @@ class HostIn(_In):
     cpu_allocation_ratio: Ratio = 1.0
     ram_allocation_ratio: Ratio = 1.0
     disk_allocation_ratio: Ratio = 1.0
-    reserved_memory_mb: Annotated[int, Field(ge=0, le=1 << 40)] = 0
-    reserved_disk_gb: Annotated[int, Field(ge=0, le=1 << 40)] = 0
+    reserved_memory_mb: Annotated[int, Field(strict=True, ge=0, le=1 << 40)] = 0
+    reserved_disk_gb: Annotated[int, Field(strict=True, ge=0, le=1 << 40)] = 0
     hugepage_size_kb: Literal[0, 2048, 1048576] = 0
     disk: DiskIn = Field(default_factory=DiskIn)
     rack: Ident | None = None
@@ -151,11 +154,11 @@ class ReportOut(BaseModel):
 # ---------------------------------------------------------------------------- catalogue
 class FlavorIn(_In):
     name: Ident
-    vcpus: Annotated[int, Field(ge=1, le=4096)]
-    memory_mb: Annotated[int, Field(ge=1, le=1 << 40)]
-    root_gb: Annotated[int, Field(ge=0, le=1 << 30)] = 0
-    ephemeral_gb: Annotated[int, Field(ge=0, le=1 << 30)] = 0
-    swap_mb: Annotated[int, Field(ge=0, le=1 << 30)] = 0
+    vcpus: Annotated[int, Field(strict=True, ge=1, le=4096)]
+    memory_mb: Annotated[int, Field(strict=True, ge=1, le=1 << 40)]
+    root_gb: Annotated[int, Field(strict=True, ge=0, le=1 << 30)] = 0
+    ephemeral_gb: Annotated[int, Field(strict=True, ge=0, le=1 << 30)] = 0
+    swap_mb: Annotated[int, Field(strict=True, ge=0, le=1 << 30)] = 0
     disk_kind: DiskKind = DiskKind.HDD
     extra_specs: dict[Ident, Text] = Field(default_factory=dict)
 
@@ -191,7 +194,17 @@ class NetworkIn(_In):
     name: Ident
     cluster: Ident
     cidr: Annotated[str, Field(max_length=64, pattern=r"^[0-9a-fA-F:.]+/[0-9]{1,3}$")]
-    total: Annotated[int, Field(ge=0, le=1 << 24)]
+    total: Annotated[int, Field(strict=True, ge=0, le=1 << 24)]
+
+    @field_validator("cidr")
+    @classmethod
+    def _network(cls, value: str) -> str:
+        """An IPv4 or IPv6 network (host bits may be set: `10.1.2.3/16` names 10.1.0.0/16)."""
+        try:
+            ipaddress.ip_network(value, strict=False)
+        except ValueError as exc:
+            raise ValueError(f"not an IP network: {exc}") from None
+        return value
 
 
 class NetworkOut(BaseModel):
@@ -206,8 +219,8 @@ class DeploymentSetIn(_In):
     id: Ident
     project: Ident | None = Field(None, description="defaults to the token's project")
     policy: GroupPolicy = GroupPolicy.ANTI_AFFINITY
-    max_per_host: Annotated[int, Field(ge=1, le=1000)] = 1
-    max_size: Annotated[int, Field(ge=1, le=100_000)] | None = None
+    max_per_host: Annotated[int, Field(strict=True, ge=1, le=1000)] = 1
+    max_size: Annotated[int, Field(strict=True, ge=1, le=100_000)] | None = None
 
 
 class DeploymentSetOut(BaseModel):
@@ -222,7 +235,7 @@ class DeploymentSetOut(BaseModel):
 # ---------------------------------------------------------------------------- placements
 class PlacementIn(_In):
     flavor: Ident
-    count: Annotated[int, Field(ge=1, le=100)] = 1
+    count: Annotated[int, Field(strict=True, ge=1, le=100)] = 1
     project: Ident | None = Field(None, description="defaults to the token's project")
     region: Ident | None = None
     cluster: Ident | None = None
@@ -233,7 +246,7 @@ class PlacementIn(_In):
     same_host: list[Ident] = Field(default_factory=list, max_length=100)
     different_host: list[Ident] = Field(default_factory=list, max_length=100)
     business_type: BusinessType = "on-demand"
-    seed: Annotated[int, Field(ge=0, le=2**62)] | None = None
+    seed: Annotated[int, Field(strict=True, ge=0, le=2**62)] | None = None
     network: Ident | None = Field(
         None, description="take one IP per instance from this network (places in its cluster)"
     )
@@ -286,14 +299,14 @@ class ScheduleIn(_In):
 
     region: Ident = Field(description="a region, or one IDC by name")
     flavor: Ident = Field(description="a base flavor of the policy's catalogue (e.g. v.c3.large)")
-    count: Annotated[int, Field(ge=1, le=100)] = 1
+    count: Annotated[int, Field(strict=True, ge=1, le=100)] = 1
     business: BusinessType = "on-demand"
     user: Ident = "default"
     project: Ident | None = Field(None, description="defaults to the token's project")
     deployment_set: Ident | None = None
     image: Ident | None = None
     network: Ident | None = None
-    seed: Annotated[int, Field(ge=0, le=2**62)] = 0
+    seed: Annotated[int, Field(strict=True, ge=0, le=2**62)] = 0
 
 
 class ScheduleOut(BaseModel):
@@ -382,7 +395,7 @@ class Health(BaseModel):
 
 
 # ---------------------------------------------------------------------------- defrag
-Weight = Annotated[float, Field(gt=0.0, le=1e6, allow_inf_nan=False)]
+Weight = Annotated[float, Field(strict=True, gt=0.0, le=1e6, allow_inf_nan=False)]
 
 
 class TargetIn(_In):
@@ -399,16 +412,16 @@ class TargetIn(_In):
 
 
 class BudgetIn(_In):
-    max_migrations: int = Field(ge=0, le=100_000)
-    max_per_host: int | None = Field(None, ge=1, le=100_000)
-    max_concurrent: int = Field(1, ge=1, le=1000)
+    max_migrations: int = Field(strict=True, ge=0, le=100_000)
+    max_per_host: int | None = Field(None, strict=True, ge=1, le=100_000)
+    max_concurrent: int = Field(1, strict=True, ge=1, le=1000)
 
 
 class PlanIn(_In):
     cluster: Ident
     target: TargetIn
     budget: BudgetIn
-    seed: int = Field(0, ge=0, le=2**31 - 1)
+    seed: int = Field(0, strict=True, ge=0, le=2**31 - 1)
 
 
 class AdmissionIn(_In):
@@ -416,7 +429,7 @@ class AdmissionIn(_In):
     flavor: Ident
     availability_zone: Ident | None = None
     max_migrations: int = Field(
-        1, ge=1, le=MAX_ADMISSION, description="most live migrations to make room"
+        1, strict=True, ge=1, le=MAX_ADMISSION, description="most live migrations to make room"
     )
 
 

@@ -40,6 +40,9 @@ class FleetSpecError(BerthError):
 
 
 _TERM = re.compile(r"^\s*(\d+)\s*[x*]\s*([A-Za-z0-9_.\-]+)\s*$")
+MAX_SIZING_HOSTS = 200_000
+"""The most hosts a sizing spec may make over all clusters (docs/simulator.md): 20 times the
+largest fleet the benchmarks replay, and about 2 GB of memory; a bigger count is a typo."""
 
 
 @dataclass
@@ -63,8 +66,23 @@ def parse_sizing(text: str) -> Sizing:
                 f"sizing spec {text!r}: bad term {term.strip()!r} (expected COUNT x TYPE, "
                 f"e.g. 40xstd-2s; types: {', '.join(HOST_TYPES)})"
             )
-        counts[m.group(2)] = counts.get(m.group(2), 0) + int(m.group(1))
+        counts[m.group(2)] = counts.get(m.group(2), 0) + _count(int(m.group(1)), term.strip())
     return Sizing(per_cluster=counts, text=text.strip())
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _count(value: object, where: str) -> int:
+    """A host count: an integer from 0 to `MAX_SIZING_HOSTS` (not a boolean)."""
+    if not isinstance(value, int) or not _is_count(value):
+        raise FleetSpecError(f"{where}: a host count must be an integer >= 0, got {value!r}")
+    if value > MAX_SIZING_HOSTS:
+        raise FleetSpecError(
+            f"{where}: {value} hosts is more than a sizing spec may make ({MAX_SIZING_HOSTS})"
+        )
+    return value
 
 
 def looks_like_sizing(text: str) -> bool:
@@ -76,8 +94,9 @@ def _sizing_from_yaml(data: dict[str, Any], source: str) -> Sizing:
     if unknown:
         raise FleetSpecError(f"{source}: unknown key {sorted(unknown)[0]!r} in a sizing spec")
     per = data.get("per_cluster") or {}
-    if not isinstance(per, dict) or not all(isinstance(v, int) and v >= 0 for v in per.values()):
+    if not isinstance(per, dict) or not all(_is_count(v) for v in per.values()):
         raise FleetSpecError(f"{source}: per_cluster must map host type -> count (>= 0)")
+    per = {str(k): _count(v, f"{source}: per_cluster.{k}") for k, v in per.items()}
     clusters: list[tuple[str, str, dict[str, int] | None]] = []
     for i, c in enumerate(data.get("clusters") or []):
         if not isinstance(c, dict) or "idc" not in c or "name" not in c:
@@ -85,6 +104,10 @@ def _sizing_from_yaml(data: dict[str, Any], source: str) -> Sizing:
         hosts = c.get("hosts")
         if hosts is not None and not isinstance(hosts, dict):
             raise FleetSpecError(f"{source}: clusters[{i}].hosts must map host type -> count")
+        if hosts is not None:
+            hosts = {
+                str(k): _count(v, f"{source}: clusters[{i}].hosts.{k}") for k, v in hosts.items()
+            }
         clusters.append((str(c["idc"]), str(c["name"]), hosts))
     types = data.get("host_types") or {}
     if not isinstance(types, dict):
@@ -101,6 +124,15 @@ def build_sizing(sizing: Sizing, trace: Trace | None = None) -> list[Host]:
         clusters = [(idc, name, None) for idc, name in trace.clusters]
     else:
         clusters = [("nova", "c1", None)]
+    total = sum(
+        sum((override if override is not None else sizing.per_cluster).values())
+        for _, _, override in clusters
+    )
+    if total > MAX_SIZING_HOSTS:
+        raise FleetSpecError(
+            f"sizing spec {sizing.text!r}: {total} hosts over {len(clusters)} cluster(s) is more "
+            f"than a sizing spec may make ({MAX_SIZING_HOSTS})"
+        )
     hosts: list[Host] = []
     for idc, name, override in clusters:
         counts = override if override is not None else sizing.per_cluster
