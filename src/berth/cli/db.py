@@ -80,9 +80,17 @@ def db_load_topology(
 
 @admin_app.command("create-token")
 def create_token(
-    role: Annotated[str, typer.Option(help="admin, operator, tenant or reader.")] = "admin",
+    role: Annotated[str, typer.Option(help="admin, operator, tenant, reader or agent.")] = "admin",
     name: Annotated[str, typer.Option(help="A label for the token.")] = "cli",
     project: Annotated[str | None, typer.Option(help="Project (tenant tokens).")] = None,
+    ttl: Annotated[
+        str | None,
+        typer.Option(help="Expire after this long: seconds, or 30m, 12h, 30d. Default: never."),
+    ] = None,
+    host: Annotated[
+        list[str] | None,
+        typer.Option("--host", help="A host an agent token reports for (repeat for more)."),
+    ] = None,
     db: DbOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR,
 ) -> None:
@@ -92,11 +100,30 @@ def create_token(
 
     store = Store.open(db_url(db, data_dir))
     try:
-        row, secret = store.create_token(name, role, project)
+        row, secret = store.create_token(
+            name, role, project, ttl=parse_ttl(ttl), hosts=tuple(host or ())
+        )
     except BerthError as exc:
         fail(str(exc))
     sys.stdout.write(secret + "\n")
-    err.print(f"token {row.id} ({row.role}{', ' + row.project if row.project else ''})")
+    scope = row.project or ", ".join(row.hosts)
+    expiry = f", expires in {ttl}" if ttl else ""
+    err.print(f"token {row.id} ({row.role}{', ' + scope if scope else ''}{expiry})")
+
+
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_ttl(text: str | None) -> float | None:
+    """`--ttl`: a positive number of seconds, or one with a unit (s, m, h, d); exit 2 else."""
+    import re
+
+    if text is None:
+        return None
+    match = re.fullmatch(r"\s*(\d{1,9})\s*([smhd]?)\s*", text)
+    if match is None or int(match.group(1)) == 0:
+        fail(f"--ttl: {text!r} is not a positive duration (seconds, or 30m, 12h, 30d)")
+    return float(int(match.group(1)) * _UNITS[match.group(2)])
 
 
 def register(app: typer.Typer) -> None:

@@ -1,4 +1,4 @@
-"""Bearer-token authentication and the four roles.
+"""Bearer-token authentication and the five roles.
 
 Tokens are random secrets (`berth_...`); only their SHA-256 is stored, so a database dump does
 not reveal a usable token. Lookups are cached for `token_cache_ttl` seconds: a token revoked on
@@ -9,7 +9,11 @@ answered without I/O, so the service checks it on the event loop (`Authenticator
 * operator: fleet changes (regions, clusters, pools, hosts, reports, flavors, images,
   networks), placements for any project, evictions, and every read;
 * tenant: placements, instances and deployment sets of its own project; the catalogue;
-* reader: every read except tokens.
+* reader: every read except tokens;
+* agent: only the reports (heartbeats) of the hosts it was created for.
+
+A token may expire (`expires_at`); an expired token is refused like an unknown one, from the
+cache too (docs/service.md, "Tokens").
 """
 
 from __future__ import annotations
@@ -19,9 +23,9 @@ import time
 from dataclasses import dataclass
 
 from berth.service.errors import ApiError
-from berth.store.repo import Store, TokenRow, hash_token
+from berth.store.repo import Store, TokenRow, hash_token, is_expired
 
-RANK = {"reader": 0, "tenant": 0, "operator": 1, "admin": 2}
+RANK = {"agent": -1, "reader": 0, "tenant": 0, "operator": 1, "admin": 2}
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,7 @@ class Principal:
     name: str
     role: str
     project: str | None
+    hosts: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -111,21 +116,40 @@ def _secret(header: str | None) -> str:
 
 
 def _principal(row: TokenRow | None) -> Principal:
-    if row is None:
+    if row is None or is_expired(row, time.time()):
         raise ApiError(
             401,
             "unauthenticated",
             "unknown or revoked token",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    return Principal(row.id, row.name, row.role, row.project)
+    return Principal(row.id, row.name, row.role, row.project, row.hosts)
 
 
 def require(principal: Principal, *, write: bool = False, admin: bool = False) -> None:
-    """Fleet reads need any non-tenant role; fleet writes operator; token admin admin."""
+    """Fleet reads need any non-tenant role; fleet writes operator; token admin admin.
+
+    An agent token passes none of these: only `require_reporter` admits it.
+    """
+    refuse_agent(principal)
     if admin and principal.role != "admin":
         raise ApiError(403, "forbidden", f"role {principal.role!r} cannot manage tokens")
     if write and RANK[principal.role] < 1:
         raise ApiError(403, "forbidden", f"role {principal.role!r} cannot change the fleet")
     if principal.role == "tenant" and not write and not admin:
         raise ApiError(403, "forbidden", "a tenant token cannot read the fleet")
+
+
+def refuse_agent(principal: Principal) -> None:
+    """403 for an agent token: it may only send its hosts' reports."""
+    if principal.role == "agent":
+        raise ApiError(403, "forbidden", "an agent token can only report for its own hosts")
+
+
+def require_reporter(principal: Principal, host: str) -> None:
+    """Reports of `host`: operator, admin, or an agent token created for that host."""
+    if principal.role == "agent":
+        if host not in principal.hosts:
+            raise ApiError(403, "forbidden", f"this agent token cannot report for host {host!r}")
+        return
+    require(principal, write=True)

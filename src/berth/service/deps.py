@@ -17,7 +17,7 @@ from fastapi import Depends, Header, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
-from berth.service.auth import Authenticator, Principal, require
+from berth.service.auth import Authenticator, Principal, refuse_agent, require, require_reporter
 from berth.service.config import ServiceConfig
 from berth.service.defrag import DefragService
 from berth.service.errors import ApiError
@@ -31,7 +31,7 @@ _bearer = HTTPBearer(auto_error=False, description="`berth admin create-token` p
 it rejects nothing itself: `Authenticator` reads the header and answers every 401."""
 
 
-async def _principal(
+async def _caller(
     request: Request,
     _declared: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)] = None,
 ) -> Principal:
@@ -41,6 +41,18 @@ async def _principal(
     if found is None:
         found = await run_in_threadpool(auth.authenticate, authorization)
     return found
+
+
+async def _principal(p: Annotated[Principal, Depends(_caller)]) -> Principal:
+    """Every route's caller; an agent token is refused here, so a route admits one only by
+    asking for `Reporter` instead."""
+    refuse_agent(p)
+    return p
+
+
+async def _reporter(name: str, p: Annotated[Principal, Depends(_caller)]) -> Principal:
+    require_reporter(p, name)
+    return p
 
 
 async def _reader(p: Annotated[Principal, Depends(_principal)]) -> Principal:
@@ -66,6 +78,8 @@ Operator = Annotated[Principal, Depends(_operator)]
 """Fleet writes: operator or admin."""
 Admin = Annotated[Principal, Depends(_admin)]
 """Tokens: admin only."""
+Reporter = Annotated[Principal, Depends(_reporter)]
+"""A host's reports (`{name}` in the path): operator, admin, or an agent token of that host."""
 
 IdempotencyKey = Annotated[
     str | None,

@@ -23,7 +23,7 @@ Timestamp = Annotated[float, Field(strict=True, ge=0, le=1e11, allow_inf_nan=Fal
 Ratio = Annotated[float, Field(strict=True, gt=0.0, le=64.0, allow_inf_nan=False)]
 
 BusinessType = Literal["on-demand", "preemptible", "auto-scaling"]
-Role = Literal["admin", "operator", "tenant", "reader"]
+Role = Literal["admin", "operator", "tenant", "reader", "agent"]
 
 
 class _In(BaseModel):
@@ -375,6 +375,12 @@ class TokenIn(_In):
     name: Ident
     role: Role
     project: Ident | None = None
+    ttl_seconds: int | None = Field(
+        None, strict=True, gt=0, le=10 * 365 * 86400, description="expires this long from now"
+    )
+    hosts: list[Ident] = Field(
+        default_factory=list, max_length=1000, description="an agent token's hosts"
+    )
 
 
 class TokenOut(BaseModel):
@@ -383,6 +389,8 @@ class TokenOut(BaseModel):
     role: str
     project: str | None
     revoked: bool
+    expires_at: float | None = Field(None, description="Unix time; null: never expires")
+    hosts: list[str] = Field(default_factory=list, description="an agent token's hosts")
     token: str | None = Field(None, description="the secret; shown once, at creation")
 
 

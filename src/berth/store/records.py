@@ -75,6 +75,9 @@ class TokenRow:
     project: str | None
     revoked: bool
     created_at: float
+    expires_at: float | None = None
+    hosts: tuple[str, ...] = ()
+    """An agent token's hosts: the only ones it may report for (docs/service.md, "Roles")."""
 
 
 @dataclass(frozen=True)

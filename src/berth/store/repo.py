@@ -48,7 +48,7 @@ from berth.store.records import (
     TokenRow,
 )
 from berth.store.snapshot import Snapshots
-from berth.store.tokens import Tokens, hash_token
+from berth.store.tokens import Tokens, hash_token, is_expired
 from berth.store.topology import Topology
 
 __all__ = [
@@ -68,6 +68,7 @@ __all__ = [
     "TokenRow",
     "day_of",
     "hash_token",
+    "is_expired",
 ]
 
 RESOURCES = (Snapshots, Topology, Hosts, Catalogue, Groups, Claims, Instances, Outcomes, Tokens)

@@ -206,6 +206,8 @@ tokens = Table(
     Column("hash", String(64), nullable=False, unique=True),  # sha256 of the secret, hex
     Column("revoked", Boolean, nullable=False, server_default="0"),
     Column("created_at", Double, nullable=False),
+    Column("expires_at", Double, nullable=True),  # None: never expires
+    Column("hosts", Json, nullable=True),  # an agent token's hosts
 )
 
 events = Table(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
+from typing import Any
 
 from sqlalchemy import insert, select, update
 
@@ -13,7 +14,7 @@ from berth.store.db import Database
 from berth.store.errors import InvalidReferenceError, NotFoundError
 from berth.store.records import TokenRow
 
-ROLES = ("admin", "operator", "tenant", "reader")
+ROLES = ("admin", "operator", "tenant", "reader", "agent")
 
 
 def hash_token(secret: str) -> str:
@@ -24,15 +25,24 @@ class Tokens(Database):
     """Creating, looking up, listing and revoking tokens."""
 
     def create_token(
-        self, name: str, role: str, project: str | None = None
+        self,
+        name: str,
+        role: str,
+        project: str | None = None,
+        *,
+        ttl: float | None = None,
+        hosts: tuple[str, ...] = (),
     ) -> tuple[TokenRow, str]:
-        """A new bearer token; the secret is returned once and only its hash is stored."""
-        if role not in ROLES:
-            raise InvalidReferenceError("role", f"must be one of {', '.join(ROLES)}")
-        if role == "tenant" and not project:
-            raise InvalidReferenceError("project", "a tenant token needs a project")
+        """A new bearer token; the secret is returned once and only its hash is stored.
+
+        `ttl` seconds from now it expires (None: never); an agent token needs `hosts`, the
+        only hosts it may report for (docs/service.md, "Roles").
+        """
+        _check_token(role, project, ttl, hosts)
         secret = "berth_" + secrets.token_urlsafe(32)
-        row = TokenRow(secrets.token_hex(8), name, role, project, False, time.time())
+        now = time.time()
+        expires = None if ttl is None else now + ttl
+        row = TokenRow(secrets.token_hex(8), name, role, project, False, now, expires, hosts)
         with self._write() as conn:
             conn.execute(
                 insert(t.tokens).values(
@@ -43,24 +53,25 @@ class Tokens(Database):
                     hash=hash_token(secret),
                     revoked=False,
                     created_at=row.created_at,
+                    expires_at=expires,
+                    hosts=list(hosts) if hosts else None,
                 )
             )
         return row, secret
 
     def lookup_token(self, secret: str) -> TokenRow | None:
+        """The token of a secret; None if unknown, revoked or expired."""
         with self._read() as conn:
             r = conn.execute(select(t.tokens).where(t.tokens.c.hash == hash_token(secret))).first()
         if r is None or r.revoked:
             return None
-        return TokenRow(r.id, r.name, r.role, r.project, bool(r.revoked), r.created_at)
+        row = _row(r)
+        return None if is_expired(row, time.time()) else row
 
     def list_tokens(self) -> list[TokenRow]:
         with self._read() as conn:
             rows = conn.execute(select(t.tokens).order_by(t.tokens.c.created_at))
-            return [
-                TokenRow(r.id, r.name, r.role, r.project, bool(r.revoked), r.created_at)
-                for r in rows
-            ]
+            return [_row(r) for r in rows]
 
     def revoke_token(self, token_id: str) -> None:
         with self._write() as conn:
@@ -69,3 +80,27 @@ class Tokens(Database):
             )
             if res.rowcount == 0:
                 raise NotFoundError("token", token_id)
+
+
+def is_expired(row: TokenRow, now: float) -> bool:
+    return row.expires_at is not None and row.expires_at <= now
+
+
+def _row(r: Any) -> TokenRow:
+    hosts = tuple(r.hosts) if r.hosts else ()
+    return TokenRow(
+        r.id, r.name, r.role, r.project, bool(r.revoked), r.created_at, r.expires_at, hosts
+    )
+
+
+def _check_token(role: str, project: str | None, ttl: float | None, hosts: tuple[str, ...]) -> None:
+    if role not in ROLES:
+        raise InvalidReferenceError("role", f"must be one of {', '.join(ROLES)}")
+    if role == "tenant" and not project:
+        raise InvalidReferenceError("project", "a tenant token needs a project")
+    if role == "agent" and not hosts:
+        raise InvalidReferenceError("hosts", "an agent token needs the hosts it reports for")
+    if role != "agent" and hosts:
+        raise InvalidReferenceError("hosts", "only an agent token is scoped to hosts")
+    if ttl is not None and not (0 < ttl < 1e10):
+        raise InvalidReferenceError("ttl", f"must be a positive number of seconds, not {ttl}")

@@ -12,7 +12,7 @@ from fastapi.responses import Response
 
 from berth.core.model import Host
 from berth.service import schemas as s
-from berth.service.deps import ConfigDep, Operator, Reader, ReplicaDep, StoreDep
+from berth.service.deps import ConfigDep, Operator, Reader, ReplicaDep, Reporter, StoreDep
 from berth.service.errors import ApiError
 from berth.service.replica import Replica
 
@@ -83,7 +83,7 @@ def disable_host(name: s.Ident, _p: Operator, store: StoreDep, replica: ReplicaD
 def report(
     name: s.Ident,
     body: s.ReportIn,
-    _p: Operator,
+    _p: Reporter,
     config: ConfigDep,
     store: StoreDep,
     replica: ReplicaDep,

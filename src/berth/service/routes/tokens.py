@@ -20,6 +20,8 @@ def _token_out(row: Any, secret: str | None = None) -> s.TokenOut:
         role=row.role,
         project=row.project,
         revoked=row.revoked,
+        expires_at=row.expires_at,
+        hosts=list(row.hosts),
         token=secret,
     )
 
@@ -31,7 +33,10 @@ def list_tokens(_p: Admin, store: StoreDep) -> list[s.TokenOut]:
 
 @router.post("/tokens", status_code=201, response_model=s.TokenOut)
 def create_token(body: s.TokenIn, _p: Admin, store: StoreDep) -> s.TokenOut:
-    row, secret = store.create_token(body.name, body.role, body.project)
+    ttl = None if body.ttl_seconds is None else float(body.ttl_seconds)
+    row, secret = store.create_token(
+        body.name, body.role, body.project, ttl=ttl, hosts=tuple(body.hosts)
+    )
     return _token_out(row, secret)
 
 
