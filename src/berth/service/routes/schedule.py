@@ -14,14 +14,22 @@ from berth.service import schemas as s
 from berth.service.bodies import cells
 from berth.service.deps import IdempotencyKey, MetricsDep, ReplicaDep, StoreDep, Who, deny_reader
 from berth.service.errors import ApiError, ErrorBody, policy_not_configured
-from berth.service.idempotency import idempotent, replay_stored
+from berth.service.idempotency import (
+    Idempotency,
+    committed_answer,
+    idempotent,
+    one_at_a_time,
+    replay_stored,
+)
+from berth.service.metrics import Metrics
+from berth.service.placing.errors import ContentionError
 from berth.service.placing.multicloud import PolicyFailureError, Scheduled
 from berth.service.placing.multicloud import schedule as policy_schedule
 from berth.service.policy_topology import policy_engine
 from berth.service.replica import Replica
 from berth.store.errors import IdempotencyRaceError
 from berth.store.footprint import to_named
-from berth.store.repo import Outcome
+from berth.store.repo import Outcome, Store
 
 router = APIRouter(prefix="/v1", tags=["placement"])
 
@@ -107,14 +115,27 @@ def schedule_request(
         project=project,
         seed=body.seed,
     )
-    idem, replayed = idempotent(
-        store,
-        p,
-        idempotency_key,
-        {**body.model_dump(mode="json"), "project": project, "route": "schedule"},
-    )
-    if replayed is not None:
-        return replayed
+    payload = {**body.model_dump(mode="json"), "project": project, "route": "schedule"}
+    with one_at_a_time(p, idempotency_key):
+        idem, replayed = idempotent(store, p, idempotency_key, payload)
+        if replayed is not None:
+            return replayed
+        return _schedule(store, replica, metrics, body, request, idem, started)
+
+
+def _schedule(
+    store: Store,
+    replica: Replica,
+    metrics: Metrics,
+    body: s.ScheduleIn,
+    request: ScheduleRequest,
+    idem: Idempotency | None,
+    started: float,
+) -> Any:
+    """Run the pipeline and answer 201; a capacity failure (409) or contention while another
+    request with the same key committed answers with that request's placement
+    (docs/service.md, "Idempotency")."""
+    project = request.project
     try:
         done = policy_schedule(
             replica,
@@ -127,6 +148,9 @@ def schedule_request(
         return replay_stored(store, idem)
     except PolicyFailureError as exc:
         f = exc.failure
+        capacity = f.step in CAPACITY_STEPS
+        if capacity and (won := committed_answer(store, idem)) is not None:
+            return won
         metrics.placements.labels("failure", f.code).inc()
         replica.store.record_outcome(
             Outcome(
@@ -138,8 +162,12 @@ def schedule_request(
                 (time.perf_counter() - started) * 1e3,
             )
         )
-        status, code = (409, "no_valid_host") if f.step in CAPACITY_STEPS else (422, f.code)
+        status, code = (409, "no_valid_host") if capacity else (422, f.code)
         raise ApiError(status, code, f.message, details=f.to_dict()) from None
+    except ContentionError:
+        if (won := committed_answer(store, idem)) is not None:
+            return won
+        raise
     except MultiCloudInputError as exc:
         text = str(exc)
         where = text[2:].split(":", 1)[0] if text.startswith("--") else None
