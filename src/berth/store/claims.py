@@ -22,7 +22,7 @@ from sqlalchemy.exc import IntegrityError
 
 from berth.store import pgclaim
 from berth.store import schema as t
-from berth.store.db import Database, EventItem
+from berth.store.db import Database, EventItem, bump_group
 from berth.store.errors import (
     GenerationConflictError,
     IdempotencyRaceError,
@@ -197,16 +197,9 @@ class Claims(Database):
                 )
             )
             step[v.host] += 1
-            victim_group_gen = None
-            if v.server_group is not None:
-                victim_group_gen = conn.execute(
-                    update(t.deployment_sets)
-                    .where(t.deployment_sets.c.id == v.server_group)
-                    .values(generation=t.deployment_sets.c.generation + 1)
-                    .returning(t.deployment_sets.c.generation)
-                ).scalar()
-                if v.server_group in result.groups and victim_group_gen is not None:
-                    result.groups[v.server_group] = int(victim_group_gen)
+            victim_group_gen = bump_group(conn, v.server_group)
+            if v.server_group in result.groups and victim_group_gen is not None:
+                result.groups[v.server_group] = victim_group_gen
             items.append(
                 (
                     "instance_released",
@@ -339,14 +332,7 @@ class Claims(Database):
             inst = instance_row(row)
             # Row locks in the claim's order (deployment set, host, instance, IP pool), so that a
             # release and a concurrent claim on PostgreSQL queue instead of deadlocking.
-            group_gen = None
-            if inst.server_group is not None:
-                group_gen = conn.execute(
-                    update(t.deployment_sets)
-                    .where(t.deployment_sets.c.id == inst.server_group)
-                    .values(generation=t.deployment_sets.c.generation + 1)
-                    .returning(t.deployment_sets.c.generation)
-                ).scalar()
+            group_gen = bump_group(conn, inst.server_group)
             gen = conn.execute(
                 update(t.hosts)
                 .where(t.hosts.c.name == inst.host)

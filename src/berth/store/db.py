@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, Engine, create_engine, event, func, insert, select
+from sqlalchemy import Connection, Engine, create_engine, event, func, insert, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
@@ -72,6 +72,20 @@ def retry_aborted(run: Callable[[], T], attempts: int = RETRIES) -> T:
             log.info("transaction aborted (%s), attempt %d of %d", exc.orig, attempt, attempts)
             time.sleep(random.uniform(0.005, 0.02) * attempt)
     raise AssertionError("unreachable")
+
+
+def bump_group(conn: Connection, gid: str | None) -> int | None:
+    """Bump a deployment set's generation (a member joined or left); the new one, or None
+    without a set or when the set is gone."""
+    if gid is None:
+        return None
+    gen = conn.execute(
+        update(t.deployment_sets)
+        .where(t.deployment_sets.c.id == gid)
+        .values(generation=t.deployment_sets.c.generation + 1)
+        .returning(t.deployment_sets.c.generation)
+    ).scalar()
+    return None if gen is None else int(gen)
 
 
 def normalise_url(url: str) -> str:

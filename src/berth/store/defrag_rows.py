@@ -186,17 +186,6 @@ class DefragTables:
             .values(updated_at=time.time(), **values)
         )
 
-    def _bump_group(self, conn: Connection, gid: str | None) -> int | None:
-        if gid is None:
-            return None
-        gen = conn.execute(
-            update(t.deployment_sets)
-            .where(t.deployment_sets.c.id == gid)
-            .values(generation=t.deployment_sets.c.generation + 1)
-            .returning(t.deployment_sets.c.generation)
-        ).scalar()
-        return None if gen is None else int(gen)
-
     def _bump_hosts(self, conn: Connection, bumps: dict[str, int]) -> dict[str, int]:
         """Bump each host's generation by its count, in name order; the generations after."""
         out: dict[str, int] = {}

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from sqlalchemy import Connection, delete, insert, select, update
 
 from berth.store import schema as t
-from berth.store.db import EventItem
+from berth.store.db import EventItem, bump_group
 from berth.store.defrag_rows import (
     ACTIVE_PLANS,
     OPEN_STEPS,
@@ -47,7 +47,7 @@ class DefragSteps(DefragTables):
                 raise StepStateError(f"step {step} of {plan_id!r} is {s.state}")
             inst = self._movable(conn, s)
             mid = migration_id(inst.id)
-            group_gen = self._bump_group(conn, inst.server_group)
+            group_gen = bump_group(conn, inst.server_group)
             generation = _bump_target(conn, s, inst)
             self._verify_target(conn, s, inst, capacity)
             conn.execute(
@@ -185,7 +185,7 @@ class DefragSteps(DefragTables):
                 self._set_step(conn, s, state="aborted", reason=why)
                 events = self.store._append(conn, dropped)
                 return self._row_after(s, "aborted", why), events
-            group_gen = self._bump_group(conn, inst.server_group)
+            group_gen = bump_group(conn, inst.server_group)
             gens = self._bump_hosts(conn, {s.source: 1, s.target: 2})
             conn.execute(delete(t.instances).where(t.instances.c.id == shadow.id))
             conn.execute(
@@ -264,7 +264,7 @@ class DefragSteps(DefragTables):
             if shadow is not None:
                 shadows.append(shadow)
         group_gens = {
-            gid: self._bump_group(conn, gid)
+            gid: bump_group(conn, gid)
             for gid in sorted({sh.server_group for sh in shadows if sh.server_group})
         }
         bumps: dict[str, int] = {}

@@ -11,7 +11,7 @@ from berth.store import schema as t
 from berth.store.db import Database
 from berth.store.errors import AlreadyExistsError, InUseError, NotFoundError
 from berth.store.instances import an_instance
-from berth.store.records import GroupRow
+from berth.store.records import GroupRow, group_row
 
 
 class Groups(Database):
@@ -59,18 +59,7 @@ class Groups(Database):
         if project is not None:
             q = q.where(t.deployment_sets.c.project == project)
         with self._read() as conn:
-            return [
-                GroupRow(
-                    r.id,
-                    r.project,
-                    r.policy,
-                    r.max_per_host,
-                    r.max_size,
-                    int(r.generation),
-                    r.scope,
-                )
-                for r in conn.execute(q)
-            ]
+            return [group_row(r) for r in conn.execute(q)]
 
     def group_members(self, group_id: str) -> list[str]:
         with self._read() as conn:

@@ -161,6 +161,18 @@ class CommitResult:
     evicted: list[InstanceRow] = field(default_factory=list)
 
 
+def group_row(row: Any) -> GroupRow:
+    return GroupRow(
+        row.id,
+        row.project,
+        row.policy,
+        row.max_per_host,
+        row.max_size,
+        int(row.generation),
+        row.scope,
+    )
+
+
 def instance_row(row: Any) -> InstanceRow:
     return InstanceRow(
         id=row.id,

@@ -14,10 +14,10 @@ from berth.store.hosts import read_hosts
 from berth.store.records import (
     ClusterRow,
     EventRow,
-    GroupRow,
     PoolRow,
     Snapshot,
     event_row,
+    group_row,
     instance_row,
 )
 
@@ -58,18 +58,7 @@ class Snapshots(Database):
                 Flavor.model_validate(r.spec)
                 for r in conn.execute(select(t.flavors).order_by(t.flavors.c.name))
             ]
-            groups = {
-                r.id: GroupRow(
-                    r.id,
-                    r.project,
-                    r.policy,
-                    r.max_per_host,
-                    r.max_size,
-                    int(r.generation),
-                    r.scope,
-                )
-                for r in conn.execute(select(t.deployment_sets))
-            }
+            groups = {r.id: group_row(r) for r in conn.execute(select(t.deployment_sets))}
             hosts = read_hosts(conn)
             instances = [
                 instance_row(r)
