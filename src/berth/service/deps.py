@@ -11,7 +11,8 @@ objects are read from `app.state`, set once by `berth.service.app.create_app`.
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
 
 from fastapi import Depends, Header, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -95,39 +96,18 @@ def deny_reader(p: Principal, action: str) -> None:
 
 
 # ---------------------------------------------------------------------------- shared objects
-async def _config(request: Request) -> ServiceConfig:
-    config: ServiceConfig = request.app.state.config
-    return config
+def _app_state(name: str) -> Callable[[Request], Awaitable[Any]]:
+    """A dependency returning one of the shared objects `create_app` keeps in `app.state`."""
+
+    async def shared(request: Request) -> Any:
+        return getattr(request.app.state, name)
+
+    return shared
 
 
-async def _store(request: Request) -> Store:
-    store: Store = request.app.state.store
-    return store
-
-
-async def _replica(request: Request) -> Replica:
-    replica: Replica = request.app.state.replica
-    return replica
-
-
-async def _metrics(request: Request) -> Metrics:
-    metrics: Metrics = request.app.state.metrics
-    return metrics
-
-
-async def _auth(request: Request) -> Authenticator:
-    auth: Authenticator = request.app.state.auth
-    return auth
-
-
-async def _defrag(request: Request) -> DefragService:
-    defrag: DefragService = request.app.state.defrag
-    return defrag
-
-
-ConfigDep = Annotated[ServiceConfig, Depends(_config)]
-StoreDep = Annotated[Store, Depends(_store)]
-ReplicaDep = Annotated[Replica, Depends(_replica)]
-MetricsDep = Annotated[Metrics, Depends(_metrics)]
-AuthDep = Annotated[Authenticator, Depends(_auth)]
-DefragDep = Annotated[DefragService, Depends(_defrag)]
+ConfigDep = Annotated[ServiceConfig, Depends(_app_state("config"))]
+StoreDep = Annotated[Store, Depends(_app_state("store"))]
+ReplicaDep = Annotated[Replica, Depends(_app_state("replica"))]
+MetricsDep = Annotated[Metrics, Depends(_app_state("metrics"))]
+AuthDep = Annotated[Authenticator, Depends(_app_state("auth"))]
+DefragDep = Annotated[DefragService, Depends(_app_state("defrag"))]
