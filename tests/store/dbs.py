@@ -71,7 +71,8 @@ def fresh_pg_database() -> Iterator[str]:
 TABLES = (
     "events, instances, evictions, idempotency, placement_outcomes, host_cells, hosts, "
     "ip_pools, pools, clusters, regions, flavors, images, deployment_sets, tokens, "
-    "aggregates, pci_aliases"
+    "aggregates, pci_aliases, elastic_commands, elastic_vms, elastic_vm_states, "
+    "elastic_hook_runs, elastic_groups, elastic_settings, host_power"
 )
 
 

@@ -78,6 +78,10 @@ class TokenRow:
     expires_at: float | None = None
     hosts: tuple[str, ...] = ()
     """An agent token's hosts: the only ones it may report for (docs/service.md, "Roles")."""
+    vm: str | None = None
+    """A vm token's VM: the only one its agent may touch (docs/elastic.md, "agent")."""
+    elastic_group: str | None = None
+    """A group-admin token's elastic group: the only one it sees and changes."""
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,10 @@
     instances.Instances instances and evictions (reads)
     outcomes.Outcomes   idempotency records, placement outcomes, stats
     tokens.Tokens       bearer tokens
+    elastic_groups.ElasticGroups      elastic groups, quotas, the global cap
+    elastic_vms.ElasticVms            elastic VMs, their state machine, history, heartbeats
+    elastic_commands.ElasticCommands  the control-command log of each VM
+    elastic_hooks.ElasticHooks        join/leave hook runs, host power
 
 Why inheritance rather than a facade that forwards each call: the resource classes share no state
 but the `Database` base and define disjoint method names (a test checks it), so `Store` is their
@@ -28,6 +32,10 @@ from __future__ import annotations
 from berth.store.catalogue import Catalogue
 from berth.store.claims import Claims
 from berth.store.db import make_engine, upgrade
+from berth.store.elastic_commands import ElasticCommands
+from berth.store.elastic_groups import ElasticGroups
+from berth.store.elastic_hooks import ElasticHooks
+from berth.store.elastic_vms import ElasticVms
 from berth.store.groups import Groups
 from berth.store.hosts import Hosts
 from berth.store.instances import Instances
@@ -71,10 +79,38 @@ __all__ = [
     "is_expired",
 ]
 
-RESOURCES = (Snapshots, Topology, Hosts, Catalogue, Groups, Claims, Instances, Outcomes, Tokens)
+RESOURCES = (
+    Snapshots,
+    Topology,
+    Hosts,
+    Catalogue,
+    Groups,
+    Claims,
+    Instances,
+    Outcomes,
+    Tokens,
+    ElasticGroups,
+    ElasticVms,
+    ElasticCommands,
+    ElasticHooks,
+)
 
 
-class Store(Snapshots, Topology, Hosts, Catalogue, Groups, Claims, Instances, Outcomes, Tokens):
+class Store(
+    Snapshots,
+    Topology,
+    Hosts,
+    Catalogue,
+    Groups,
+    Claims,
+    Instances,
+    Outcomes,
+    Tokens,
+    ElasticGroups,
+    ElasticVms,
+    ElasticCommands,
+    ElasticHooks,
+):
     """All database access. Thread-safe: each call runs its own transaction."""
 
     @classmethod

@@ -208,6 +208,8 @@ tokens = Table(
     Column("created_at", Double, nullable=False),
     Column("expires_at", Double, nullable=True),  # None: never expires
     Column("hosts", Json, nullable=True),  # an agent token's hosts
+    Column("vm", String(NAME), nullable=True),  # a vm token's VM (docs/elastic.md, "agent")
+    Column("elastic_group", String(NAME), nullable=True),  # a group-admin token's group
 )
 
 events = Table(
@@ -296,4 +298,115 @@ defrag_steps = Table(
     Column("replans", Integer, nullable=False, server_default="0"),
     Column("updated_at", Double, nullable=False),
     PrimaryKeyConstraint("plan_id", "step"),
+)
+
+# Elastic worker pools (docs/elastic.md): groups with their quotas, one row per VM with its state
+# (moves checked against `berth.elastic.model.TRANSITIONS` in one place, `elastic_vms`), every
+# state change with its time (accounting reads it), the control-command log per VM, hook runs,
+# and the power state of hosts (tidal management).
+elastic_groups = Table(
+    "elastic_groups",
+    metadata,
+    Column("name", String(NAME), primary_key=True),
+    Column("flavor", String(NAME), nullable=False),
+    Column("image", String(NAME), nullable=True),
+    Column("cores_per_vm", Integer, nullable=False),
+    Column("slots_per_vm", Integer, nullable=False),
+    Column("min_vms", Integer, nullable=False, server_default="0"),
+    Column("max_vms", Integer, nullable=False, server_default="0"),
+    Column("max_cores", Integer, nullable=True),
+    Column("share", Double, nullable=False, server_default="1"),
+    Column("queue", Json, nullable=False),  # the QueueSelector: system and its selectors
+    Column("cluster", String(NAME), nullable=True),  # None: any cluster Berth places in
+    Column("created_at", Double, nullable=False),
+    Column("updated_at", Double, nullable=False),
+)
+
+elastic_settings = Table(
+    "elastic_settings",
+    metadata,
+    Column("name", String(64), primary_key=True),  # global_max_vms, global_max_cores
+    Column("value", Json, nullable=True),
+)
+
+elastic_vms = Table(
+    "elastic_vms",
+    metadata,
+    Column("name", String(NAME), primary_key=True),
+    Column("group", String(NAME), ForeignKey("elastic_groups.name"), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("since", Double, nullable=False),
+    Column("requested_at", Double, nullable=False),
+    Column("attempt", Integer, nullable=False, server_default="1"),
+    Column("cluster", String(NAME), nullable=True),
+    Column("host", String(NAME), nullable=True),
+    Column("server_id", String(NAME), nullable=True),
+    Column("instance_id", String(NAME), nullable=True),  # Berth's placement claim
+    Column("heartbeat", Double, nullable=True),
+    Column("idle_since", Double, nullable=True),
+    Column("running_jobs", Integer, nullable=False, server_default="0"),
+    Column("cores", Integer, nullable=False),
+    Column("token_id", String(32), nullable=True),  # the VM's agent token (role vm)
+    Column("reason", Text, nullable=True),  # why it failed, was lost or retired
+    Index("ix_elastic_vms_group_state", "group", "state"),
+)
+
+elastic_vm_states = Table(
+    "elastic_vm_states",
+    metadata,
+    Column("id", Serial, primary_key=True, autoincrement=True),
+    Column("vm", String(NAME), nullable=False),
+    Column("group", String(NAME), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("at", Double, nullable=False),
+    Column("cores", Integer, nullable=False),
+    Column("reason", Text, nullable=True),
+    Index("ix_elastic_vm_states_vm", "vm"),
+    Index("ix_elastic_vm_states_at", "at"),
+    sqlite_autoincrement=True,
+)
+
+elastic_commands = Table(
+    "elastic_commands",
+    metadata,
+    Column("id", Serial, primary_key=True, autoincrement=True),
+    Column("vm", String(NAME), ForeignKey("elastic_vms.name"), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("args", Json, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("issued_at", Double, nullable=False),
+    Column("delivered_at", Double, nullable=True),
+    Column("finished_at", Double, nullable=True),
+    Column("result", Text, nullable=True),
+    Column("issued_by", String(NAME), nullable=False),
+    Index("ix_elastic_commands_vm_state", "vm", "state"),
+    sqlite_autoincrement=True,
+)
+
+elastic_hook_runs = Table(
+    "elastic_hook_runs",
+    metadata,
+    Column("id", Serial, primary_key=True, autoincrement=True),
+    Column("vm", String(NAME), nullable=False),
+    Column("event", String(16), nullable=False),  # join or leave
+    Column("hook", String(NAME), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("outcome", String(16), nullable=False),  # ok or failed
+    Column("exit_code", Integer, nullable=True),
+    Column("output", Text, nullable=False, server_default=""),  # the output's tail
+    Column("started_at", Double, nullable=False),
+    Column("finished_at", Double, nullable=False),
+    Column("next_retry", Double, nullable=True),  # a failed run: when to try again
+    Index("ix_elastic_hook_runs_vm", "vm"),
+    sqlite_autoincrement=True,
+)
+
+host_power = Table(
+    "host_power",
+    metadata,
+    Column("host", String(NAME), primary_key=True),
+    Column("power", String(8), nullable=False),  # on or off
+    Column("since", Double, nullable=False),
+    Column("reason", Text, nullable=False, server_default=""),
+    Column("changed_by", String(NAME), nullable=False),
 )

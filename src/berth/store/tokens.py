@@ -7,14 +7,14 @@ import secrets
 import time
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import Connection, insert, select, update
 
 from berth.store import schema as t
 from berth.store.db import Database
 from berth.store.errors import InvalidReferenceError, NotFoundError
 from berth.store.records import TokenRow
 
-ROLES = ("admin", "operator", "tenant", "reader", "agent")
+ROLES = ("admin", "operator", "tenant", "reader", "agent", "vm", "group-admin")
 
 
 def hash_token(secret: str) -> str:
@@ -32,32 +32,28 @@ class Tokens(Database):
         *,
         ttl: float | None = None,
         hosts: tuple[str, ...] = (),
+        vm: str | None = None,
+        elastic_group: str | None = None,
     ) -> tuple[TokenRow, str]:
         """A new bearer token; the secret is returned once and only its hash is stored.
 
         `ttl` seconds from now it expires (None: never); an agent token needs `hosts`, the
-        only hosts it may report for (docs/service.md, "Roles").
+        only hosts it may report for (docs/service.md, "Roles"); a vm token its `vm`, a
+        group-admin token its `elastic_group` (docs/elastic.md, "API and CLI").
         """
         _check_token(role, project, ttl, hosts)
-        secret = "berth_" + secrets.token_urlsafe(32)
-        now = time.time()
-        expires = None if ttl is None else now + ttl
-        row = TokenRow(secrets.token_hex(8), name, role, project, False, now, expires, hosts)
+        _check_scope(role, vm, elastic_group)
         with self._write() as conn:
-            conn.execute(
-                insert(t.tokens).values(
-                    id=row.id,
-                    name=name,
-                    role=role,
-                    project=project,
-                    hash=hash_token(secret),
-                    revoked=False,
-                    created_at=row.created_at,
-                    expires_at=expires,
-                    hosts=list(hosts) if hosts else None,
-                )
+            if (
+                elastic_group is not None
+                and not conn.execute(
+                    select(t.elastic_groups.c.name).where(t.elastic_groups.c.name == elastic_group)
+                ).first()
+            ):
+                raise InvalidReferenceError("elastic_group", f"no elastic group {elastic_group!r}")
+            return insert_token(
+                conn, name, role, project, ttl=ttl, hosts=hosts, vm=vm, elastic_group=elastic_group
             )
-        return row, secret
 
     def lookup_token(self, secret: str) -> TokenRow | None:
         """The token of a secret; None if unknown, revoked or expired."""
@@ -82,6 +78,42 @@ class Tokens(Database):
                 raise NotFoundError("token", token_id)
 
 
+def insert_token(
+    conn: Connection,
+    name: str,
+    role: str,
+    project: str | None = None,
+    *,
+    ttl: float | None = None,
+    hosts: tuple[str, ...] = (),
+    vm: str | None = None,
+    elastic_group: str | None = None,
+) -> tuple[TokenRow, str]:
+    """Write a token in the caller's transaction (a VM's token is made with its record)."""
+    secret = "berth_" + secrets.token_urlsafe(32)
+    now = time.time()
+    expires = None if ttl is None else now + ttl
+    row = TokenRow(
+        secrets.token_hex(8), name, role, project, False, now, expires, hosts, vm, elastic_group
+    )
+    conn.execute(
+        insert(t.tokens).values(
+            id=row.id,
+            name=name,
+            role=role,
+            project=project,
+            hash=hash_token(secret),
+            revoked=False,
+            created_at=row.created_at,
+            expires_at=expires,
+            hosts=list(hosts) if hosts else None,
+            vm=vm,
+            elastic_group=elastic_group,
+        )
+    )
+    return row, secret
+
+
 def is_expired(row: TokenRow, now: float) -> bool:
     return row.expires_at is not None and row.expires_at <= now
 
@@ -89,7 +121,16 @@ def is_expired(row: TokenRow, now: float) -> bool:
 def _row(r: Any) -> TokenRow:
     hosts = tuple(r.hosts) if r.hosts else ()
     return TokenRow(
-        r.id, r.name, r.role, r.project, bool(r.revoked), r.created_at, r.expires_at, hosts
+        r.id,
+        r.name,
+        r.role,
+        r.project,
+        bool(r.revoked),
+        r.created_at,
+        r.expires_at,
+        hosts,
+        r.vm,
+        r.elastic_group,
     )
 
 
@@ -104,3 +145,12 @@ def _check_token(role: str, project: str | None, ttl: float | None, hosts: tuple
         raise InvalidReferenceError("hosts", "only an agent token is scoped to hosts")
     if ttl is not None and not (0 < ttl < 1e10):
         raise InvalidReferenceError("ttl", f"must be a positive number of seconds, not {ttl}")
+
+
+def _check_scope(role: str, vm: str | None, elastic_group: str | None) -> None:
+    if (role == "vm") != (vm is not None):
+        raise InvalidReferenceError("vm", "a vm token, and only a vm token, names its VM")
+    if (role == "group-admin") != (elastic_group is not None):
+        raise InvalidReferenceError(
+            "elastic_group", "a group-admin token, and only one, names its elastic group"
+        )
