@@ -10,7 +10,9 @@ answered without I/O, so the service checks it on the event loop (`Authenticator
   networks), placements for any project, evictions, and every read;
 * tenant: placements, instances and deployment sets of its own project; the catalogue;
 * reader: every read except tokens;
-* agent: only the reports (heartbeats) of the hosts it was created for.
+* agent: only the reports (heartbeats) of the hosts it was created for;
+* vm: only its own elastic VM's heartbeat, commands and results (the `berth agent` on it);
+* group-admin: only its own elastic group: its quota, VMs, commands, accounting.
 
 A token may expire (`expires_at`); an expired token is refused like an unknown one, from the
 cache too (docs/service.md, "Tokens").
@@ -25,7 +27,17 @@ from dataclasses import dataclass
 from berth.service.errors import ApiError
 from berth.store.repo import Store, TokenRow, hash_token, is_expired
 
-RANK = {"agent": -1, "reader": 0, "tenant": 0, "operator": 1, "admin": 2}
+RANK = {
+    "agent": -1,
+    "vm": -1,
+    "group-admin": -1,
+    "reader": 0,
+    "tenant": 0,
+    "operator": 1,
+    "admin": 2,
+}
+SCOPED = frozenset({"agent", "vm", "group-admin"})
+"""Roles confined to their own hosts, VM or group: refused everywhere else."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +47,8 @@ class Principal:
     role: str
     project: str | None
     hosts: tuple[str, ...] = ()
+    vm: str | None = None
+    elastic_group: str | None = None
 
     @property
     def key(self) -> str:
@@ -123,7 +137,7 @@ def _principal(row: TokenRow | None) -> Principal:
             "unknown or revoked token",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    return Principal(row.id, row.name, row.role, row.project, row.hosts)
+    return Principal(row.id, row.name, row.role, row.project, row.hosts, row.vm, row.elastic_group)
 
 
 def require(principal: Principal, *, write: bool = False, admin: bool = False) -> None:
@@ -141,9 +155,36 @@ def require(principal: Principal, *, write: bool = False, admin: bool = False) -
 
 
 def refuse_agent(principal: Principal) -> None:
-    """403 for an agent token: it may only send its hosts' reports."""
+    """403 for a scoped token: an agent may only send its hosts' reports, a vm token touch
+    its VM, a group-admin token its elastic group."""
     if principal.role == "agent":
         raise ApiError(403, "forbidden", "an agent token can only report for its own hosts")
+    if principal.role == "vm":
+        raise ApiError(403, "forbidden", "a vm token can only touch its own VM")
+    if principal.role == "group-admin":
+        raise ApiError(403, "forbidden", "a group-admin token can only use its elastic group")
+
+
+def require_vm(principal: Principal, vm: str) -> None:
+    """A VM's agent routes: operator, admin, or the vm token of that VM."""
+    if principal.role == "vm":
+        if principal.vm != vm:
+            raise ApiError(403, "forbidden", f"this vm token cannot touch vm {vm!r}")
+        return
+    require(principal, write=True)
+
+
+def require_group(principal: Principal, group: str | None, *, write: bool = False) -> None:
+    """An elastic group's routes: reads for any role but tenant, changes for operator and
+    admin; a group-admin token reads and changes only its own group (`group` None: a route
+    over every group, which a group-admin token sees filtered to its own)."""
+    if principal.role == "group-admin":
+        if group is not None and group != principal.elastic_group:
+            raise ApiError(
+                403, "forbidden", f"this group-admin token cannot use elastic group {group!r}"
+            )
+        return
+    require(principal, write=write)
 
 
 def require_reporter(principal: Principal, host: str) -> None:

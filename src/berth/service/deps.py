@@ -18,7 +18,15 @@ from fastapi import Depends, Header, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
-from berth.service.auth import Authenticator, Principal, refuse_agent, require, require_reporter
+from berth.service.auth import (
+    Authenticator,
+    Principal,
+    refuse_agent,
+    require,
+    require_group,
+    require_reporter,
+    require_vm,
+)
 from berth.service.config import ServiceConfig
 from berth.service.defrag import DefragService
 from berth.service.errors import ApiError
@@ -56,6 +64,16 @@ async def _reporter(name: str, p: Annotated[Principal, Depends(_caller)]) -> Pri
     return p
 
 
+async def _vm_agent(name: str, p: Annotated[Principal, Depends(_caller)]) -> Principal:
+    require_vm(p, name)
+    return p
+
+
+async def _elastic(p: Annotated[Principal, Depends(_caller)]) -> Principal:
+    require_group(p, None)
+    return p
+
+
 async def _reader(p: Annotated[Principal, Depends(_principal)]) -> Principal:
     require(p)
     return p
@@ -81,6 +99,12 @@ Admin = Annotated[Principal, Depends(_admin)]
 """Tokens: admin only."""
 Reporter = Annotated[Principal, Depends(_reporter)]
 """A host's reports (`{name}` in the path): operator, admin, or an agent token of that host."""
+
+VmAgent = Annotated[Principal, Depends(_vm_agent)]
+"""An elastic VM's agent routes (`{name}` in the path): operator, admin, or its vm token."""
+Elastic = Annotated[Principal, Depends(_elastic)]
+"""Elastic pool routes: any role but tenant, agent and vm; a route checks the group with
+`require_group` (a group-admin token uses only its own group)."""
 
 IdempotencyKey = Annotated[
     str | None,

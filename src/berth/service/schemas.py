@@ -22,8 +22,8 @@ Count = Annotated[int, Field(strict=True, ge=0, le=1_000_000_000)]
 Timestamp = Annotated[float, Field(strict=True, ge=0, le=1e11, allow_inf_nan=False)]
 Ratio = Annotated[float, Field(strict=True, gt=0.0, le=64.0, allow_inf_nan=False)]
 
-BusinessType = Literal["on-demand", "preemptible", "auto-scaling"]
-Role = Literal["admin", "operator", "tenant", "reader", "agent"]
+BusinessType = Literal["on-demand", "preemptible", "auto-scaling", "elastic"]
+Role = Literal["admin", "operator", "tenant", "reader", "agent", "vm", "group-admin"]
 
 
 class _In(BaseModel):
@@ -381,6 +381,8 @@ class TokenIn(_In):
     hosts: list[Ident] = Field(
         default_factory=list, max_length=1000, description="an agent token's hosts"
     )
+    vm: Ident | None = Field(None, description="a vm token's elastic VM")
+    elastic_group: Ident | None = Field(None, description="a group-admin token's elastic group")
 
 
 class TokenOut(BaseModel):
@@ -391,6 +393,8 @@ class TokenOut(BaseModel):
     revoked: bool
     expires_at: float | None = Field(None, description="Unix time; null: never expires")
     hosts: list[str] = Field(default_factory=list, description="an agent token's hosts")
+    vm: str | None = None
+    elastic_group: str | None = None
     token: str | None = Field(None, description="the secret; shown once, at creation")
 
 

@@ -33,6 +33,15 @@ except ImportError:  # pragma: no cover - depends on the checkout
     plan_preemption = None  # type: ignore[assignment]
 
 
+PREEMPTIBLE_TYPES = frozenset({"preemptible", "elastic"})
+"""Business types whose instances on-demand requests may evict and which never evict others:
+preemptible users, and the elastic pools' worker VMs (docs/elastic.md, "control loop")."""
+
+
+def is_preemptible(business_type: str) -> bool:
+    return business_type in PREEMPTIBLE_TYPES
+
+
 @dataclass(frozen=True)
 class PlaceArgs:
     flavor: str
@@ -202,7 +211,7 @@ def choose(views: Replica, args: PlaceArgs, busy: frozenset[str] = frozenset()) 
         except SpecError as exc:
             raise BadRequestError("request", str(exc)) from None
     # never evict while a host this replica is committing to might turn out to fit
-    if views.config.preemption and args.business_type != "preemptible" and not busy:
+    if views.config.preemption and not is_preemptible(args.business_type) and not busy:
         plan = _preempt(views, clusters, args, ids, seed, now, busy)
         if plan is not None:
             return plan
@@ -345,7 +354,7 @@ def _claims(
             project=args.project,
             server_group=args.deployment_set,
             business_type=args.business_type,
-            preemptible=args.business_type == "preemptible",
+            preemptible=is_preemptible(args.business_type),
             network=args.network,
         )
         for s in plan.decision.selections

@@ -21,7 +21,13 @@ from berth.service.idempotency import (
 )
 from berth.service.metrics import Metrics
 from berth.service.placing.errors import ContentionError, NoPlacementError
-from berth.service.placing.plain import PlaceArgs, Placed, place, record_failure
+from berth.service.placing.plain import (
+    PlaceArgs,
+    Placed,
+    is_preemptible,
+    place,
+    record_failure,
+)
 from berth.service.replica import Replica
 from berth.service.scope import check_hints
 from berth.store.errors import IdempotencyRaceError, NotFoundError
@@ -49,7 +55,7 @@ def _placement_out(replica: Replica, args: PlaceArgs, placed: Placed) -> dict[st
                 "deployment_set": args.deployment_set,
                 "placement_id": placed.placement_id,
                 "business_type": args.business_type,
-                "preemptible": args.business_type == "preemptible",
+                "preemptible": is_preemptible(args.business_type),
                 "cells": cell_dicts(fp),
                 "host_use": fp["host"],
                 "created_at": now,

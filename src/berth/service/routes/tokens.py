@@ -22,6 +22,8 @@ def _token_out(row: Any, secret: str | None = None) -> s.TokenOut:
         revoked=row.revoked,
         expires_at=row.expires_at,
         hosts=list(row.hosts),
+        vm=row.vm,
+        elastic_group=row.elastic_group,
         token=secret,
     )
 
@@ -35,7 +37,13 @@ def list_tokens(_p: Admin, store: StoreDep) -> list[s.TokenOut]:
 def create_token(body: s.TokenIn, _p: Admin, store: StoreDep) -> s.TokenOut:
     ttl = None if body.ttl_seconds is None else float(body.ttl_seconds)
     row, secret = store.create_token(
-        body.name, body.role, body.project, ttl=ttl, hosts=tuple(body.hosts)
+        body.name,
+        body.role,
+        body.project,
+        ttl=ttl,
+        hosts=tuple(body.hosts),
+        vm=body.vm,
+        elastic_group=body.elastic_group,
     )
     return _token_out(row, secret)
 
