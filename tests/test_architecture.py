@@ -26,7 +26,7 @@ ALLOWED = {
     "berth.policy": {"berth.core", "berth.fleet"},
     "berth.solvers": {"berth.core"},
     "berth.sim": {"berth.core", "berth.fleet", "berth.policy", "berth.solvers"},
-    "berth.store": {"berth.core"},
+    "berth.store": {"berth.core", "berth.elastic"},
     "berth.cloud": {"berth.core"},
     "berth.elastic": {"berth.core", "berth.cloud"},
     "berth.service": {

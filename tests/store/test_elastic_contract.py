@@ -143,7 +143,8 @@ def test_commands_follow_their_life_and_move_the_vm(store: Store) -> None:
         store.issue_command("juno-1", CommandKind.LEAVE, T0)
     assert store.list_commands(vm="juno-1") == []
     join = store.issue_command("juno-1", CommandKind.JOIN, T0 + 1)
-    assert (join.state, join.args) == (CommandState.ISSUED, {"group": "juno"})
+    queue = {"system": "htcondor", "accounting_group": "group_juno"}
+    assert (join.state, join.args) == (CommandState.ISSUED, {"group": "juno", "queue": queue})
     assert store.issue_command("juno-1", CommandKind.JOIN, T0 + 1).id == join.id  # no twin
     with pytest.raises(CommandStateError):  # not delivered yet
         store.finish_command("juno-1", join.id, True, T0 + 2)

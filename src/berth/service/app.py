@@ -2,9 +2,10 @@
 
 `create_app(config)` builds one replica: a `Store` on the configured database, a `Replica`
 holding the per-cluster tables, and (unless `background=False`, as in tests that drive sync by
-hand) the threads that keep the tables current (`berth.service.sync`) and carry defrag plans out
-(`berth.service.defrag`). Routes live in `berth.service.routes`, one module per resource; they
-reach these objects through `berth.service.deps`; errors become JSON through
+hand) the threads that keep the tables current (`berth.service.sync`), carry defrag plans out
+(`berth.service.defrag`) and, when `elastic_loop` builds one, run the elastic pools' control
+loop (`berth.service.elastic.loop`). Routes live in `berth.service.routes`, one module per
+resource; they reach these objects through `berth.service.deps`; errors become JSON through
 `berth.service.errors`.
 """
 
@@ -21,6 +22,8 @@ from berth.core import jit
 from berth.service.auth import Authenticator
 from berth.service.config import ServiceConfig
 from berth.service.defrag import DefragService, DefragThread
+from berth.service.elastic.loop import ElasticLoop
+from berth.service.elastic.metrics import ElasticMetrics
 from berth.service.errors import ERROR_RESPONSES, install_handlers
 from berth.service.limits import RequestGuard
 from berth.service.metrics import Metrics
@@ -32,6 +35,8 @@ from berth.service.routes import (
     defrag,
     deployment_sets,
     docs,
+    elastic,
+    elastic_agent,
     events,
     health,
     hosts,
@@ -57,6 +62,8 @@ ROUTERS = (
     capacity.router,
     events.router,
     tokens.router,
+    elastic.router,
+    elastic_agent.router,
     docs.router,
 )
 """Every router, in the order /openapi.json lists their paths."""
@@ -69,6 +76,7 @@ def create_app(
     clock: Callable[[], float] = time.time,
     background: bool = True,
     simulate_heartbeats: bool = False,
+    elastic_loop: Callable[[Replica, ElasticMetrics], ElasticLoop] | None = None,
 ) -> FastAPI:
     jit.prepare()  # the first placement does not wait for the engine's compiled kernels
     store = store or Store.open(config.db_url, replica=config.replica_id)
@@ -79,14 +87,20 @@ def create_app(
     sync = SyncThread(replica, simulate_heartbeats=simulate_heartbeats, registry=metrics.registry)
     defrag_service = DefragService(replica, metrics.registry)
     defrag_driver = DefragThread(defrag_service, config.poll_interval * 2)
+    elastic_metrics = ElasticMetrics(metrics.registry, store)
+    loop = None if elastic_loop is None else elastic_loop(replica, elastic_metrics)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         if background:
             sync.start()
             defrag_driver.start()
+            if loop is not None:
+                loop.start()
         yield
         if background:
+            if loop is not None:
+                loop.close()
             defrag_driver.close()
             sync.close()
 
@@ -108,6 +122,8 @@ def create_app(
     app.state.sync = sync
     app.state.auth = Authenticator(store, config.token_cache_ttl)
     app.state.defrag = defrag_service
+    app.state.elastic = loop
+    app.state.elastic_metrics = elastic_metrics
     for router in ROUTERS:
         app.include_router(router)
     for _route in iter_route_contexts(app.routes):

@@ -62,8 +62,11 @@ class ElasticCommands(Database):
                 return command_record(open_same)
             if kind is CommandKind.LEAVE and row.state is not VmState.DRAINING:
                 move_in(conn, row, VmState.DRAINING, at, reason=f"leave issued by {by}")
-            if kind is CommandKind.JOIN:
-                args = {"group": row.group, **(args or {})}
+            if kind is CommandKind.JOIN:  # the agent needs the group's queue to join it
+                queue = conn.execute(
+                    select(t.elastic_groups.c.queue).where(t.elastic_groups.c.name == row.group)
+                ).scalar()
+                args = {"group": row.group, "queue": dict(queue or {}), **(args or {})}
                 _cancel(conn, vm, CommandKind.LEAVE, at, "superseded by join")
             if kind is CommandKind.LEAVE:
                 _cancel(conn, vm, CommandKind.JOIN, at, "superseded by leave")

@@ -1,0 +1,1 @@
+"""The elastic pools' edge in the service: control loop, hooks, metrics (docs/elastic.md)."""
