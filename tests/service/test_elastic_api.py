@@ -70,7 +70,7 @@ def test_groups_quotas_and_group_admin_scope(env: ElasticEnv) -> None:
 
 def test_the_agent_touches_only_its_own_vm(env: ElasticEnv) -> None:
     store = env.store
-    vm, secret = store.record_vm("bes-1", "bes", NOW)
+    _, secret = store.record_vm("bes-1", "bes", NOW)
     _, other = store.record_vm("bes-2", "bes", NOW)
     store.move_vm("bes-1", VmState.BOOTING, NOW)
     env.tokens["vm"] = secret
