@@ -215,8 +215,10 @@ class ElasticLoop:
                 if isinstance(action, Start):
                     made = carry.start(self.out, action, groups[action.group])
                     refused = sum(1 for v in made if v.state is VmState.FAILED)
-                    if m is not None and refused:
+                    if m is not None:
                         m.failed_boots.labels(action.group).inc(refused)
+                        m.actions.labels("start").inc(len(made))
+                    continue
                 elif isinstance(action, Drain):
                     self.store.issue_command(
                         action.vm, CommandKind.LEAVE, self.clock(), by="elastic-loop"
