@@ -114,7 +114,7 @@ def test_a_pool_grows_joins_drains_and_retires(
     servers = _servers(env)
     assert sorted(servers) == sorted(v.name for v in vms)
     for v in vms:  # placed by Berth as elastic (preemptible), booted on that very host
-        inst = env.store.get_instance(v.instance_id)
+        inst = env.store.get_instance(v.instance_id or "")
         assert (inst.business_type, inst.preemptible, inst.host) == ("elastic", True, v.host)
         assert servers[v.name].host == v.host
         assert servers[v.name].state is ServerState.ACTIVE
