@@ -156,7 +156,9 @@ def test_deterministic_whatever_the_record_order(s: ControlState, rnd: random.Ra
     assert decide(s, CFG) == decide(again, CFG)
 
 
-def _run(blocks: list[tuple[int, int]], cfg: ControllerConfig, seed: int) -> dict[str, list]:
+def _run(
+    blocks: list[tuple[int, int]], cfg: ControllerConfig, seed: int
+) -> dict[str, list[tuple[float, str]]]:
     """Cycles of 60 s under blocks of (idle jobs, cycles); the moves (time, kind) per group."""
     gs = [group("a", max_vms=15, min_vms=1), group("b", max_vms=15)]
     rnd = random.Random(seed)
@@ -206,7 +208,7 @@ def _run(blocks: list[tuple[int, int]], cfg: ControllerConfig, seed: int) -> dic
     return moves
 
 
-def _flaps(moves: dict[str, list], window: float) -> list:
+def _flaps(moves: dict[str, list[tuple[float, str]]], window: float) -> list[object]:
     return [
         (g, t1, t2)
         for g, seq in moves.items()
