@@ -62,52 +62,38 @@ _DRAIN = STATE_INDEX[VmState.DRAINING]
 _BIG = 1 << 60
 
 
+_BOOT_LATE = Reason(Code.BOOT_DEADLINE, "did not join within the boot deadline")
+_SILENT = Reason(Code.HEARTBEAT_STALE, "no heartbeat within the stale limit")
+_EVICT = Reason(Code.EVICTED, "marked for eviction")
+_ORPHAN = Reason(Code.UNKNOWN_GROUP, "its group has no spec")
+_EMPTY = Reason(Code.DRAINED, "drained: no running job")
+
+
 def _reaps_and_retires(t: VmTable, m: Masks, state: ControlState) -> list[Action]:
     names = state.group_names
-    actions: list[Action] = []
-
-    def group_of(i: int) -> str:
-        g = int(t.group[i])
-        return names[g] if g >= 0 else _record_group(state, t.names[i])
-
-    for i in np.flatnonzero(m.failed).tolist():
-        actions.append(
-            Reap(
-                t.names[i],
-                group_of(i),
-                VmState.FAILED,
-                t.cluster[i],
-                Reason(Code.BOOT_DEADLINE, "did not join within the boot deadline"),
-            )
-        )
-    for i in np.flatnonzero(m.lost).tolist():
-        actions.append(
-            Reap(
-                t.names[i],
-                group_of(i),
-                VmState.LOST,
-                t.cluster[i],
-                Reason(Code.HEARTBEAT_STALE, "no heartbeat within the stale limit"),
-            )
-        )
-    for i in np.flatnonzero(m.leave).tolist():
-        code = Code.EVICTED if m.evicted[i] else Code.UNKNOWN_GROUP
-        text = "marked for eviction" if m.evicted[i] else "its group has no spec"
-        actions.append(Drain(t.names[i], group_of(i), Reason(code, text)))
-    for i in np.flatnonzero(m.retire).tolist():
-        reason = Reason(Code.DRAINED, "drained: no running job")
-        actions.append(Retire(t.names[i], group_of(i), False, reason))
+    groups = [names[g] if g >= 0 else "" for g in t.group.tolist()]
+    unknown = np.flatnonzero(m.unknown).tolist()
+    if unknown:
+        recorded = {v.name: v.group for v in state.vms}
+        for i in unknown:
+            groups[i] = recorded.get(t.names[i], "")
+    tn, cl = t.names, t.cluster
+    failed, lost = VmState.FAILED, VmState.LOST
+    actions: list[Action] = [
+        Reap(tn[i], groups[i], failed, cl[i], _BOOT_LATE) for i in np.flatnonzero(m.failed).tolist()
+    ]
+    actions += [
+        Reap(tn[i], groups[i], lost, cl[i], _SILENT) for i in np.flatnonzero(m.lost).tolist()
+    ]
+    actions += [
+        Drain(tn[i], groups[i], _EVICT if m.evicted[i] else _ORPHAN)
+        for i in np.flatnonzero(m.leave).tolist()
+    ]
+    actions += [Retire(tn[i], groups[i], False, _EMPTY) for i in np.flatnonzero(m.retire).tolist()]
     for i in np.flatnonzero(m.force).tolist():
         reason = Reason(Code.DRAIN_DEADLINE, f"still {int(t.running[i])} jobs at its deadline")
-        actions.append(Retire(t.names[i], group_of(i), True, reason))
+        actions.append(Retire(tn[i], groups[i], True, reason))
     return actions
-
-
-def _record_group(state: ControlState, name: str) -> str:
-    for v in state.vms:
-        if v.name == name:
-            return v.group
-    return ""
 
 
 def _pool(t: VmTable, m: Masks, state: ControlState, config: ControllerConfig) -> Pool:
@@ -149,6 +135,7 @@ def decide(state: ControlState, config: ControllerConfig) -> Decision:
     pool.room, room_anywhere = _room(state, open_clusters)
     notes: list[list[Note]] = [[] for _ in state.groups]
     asks = _asks(state, config, c, group_back, notes)
+    usable = dict(pool.room)
     given, stopped = allocate(asks, pool)
     for g, spec in enumerate(state.groups):
         if given[g] > 0:
@@ -159,9 +146,12 @@ def decide(state: ControlState, config: ControllerConfig) -> Decision:
         short = asks[g].cap - given[g]
         code = stopped[g]
         if short > 0 and code is not None:
-            if code is Code.NO_ROOM and room_anywhere.get(spec.flavor, 0) > 0:
+            if code is Code.NO_ROOM and usable.get(spec.flavor, 0) > 0:
+                code = Code.FAIR_SHARE
+            elif code is Code.NO_ROOM and room_anywhere.get(spec.flavor, 0) > 0:
                 code = Code.CLUSTER_BACKOFF
-            notes[g].append(Note(code, _stop_text(code, spec.flavor, given), short))
+            text = _stop_text(code, spec.flavor, usable.get(spec.flavor, 0))
+            notes[g].append(Note(code, text, short))
     drains = plan_drains(t, m, c, state, config, [n > 0 for n in given], notes)
     actions.extend(drains)
     drained = np.zeros(len(state.groups), dtype=np.int64)
@@ -233,10 +223,11 @@ def _start_reason(c: Counts, g: int) -> Reason:
     return Reason(Code.MIN_VMS, f"{int(c.active[g])} VMs, below its minimum")
 
 
-def _stop_text(code: Code, flavor: str, given: list[int]) -> str:
-    others = sum(given)
+def _stop_text(code: Code, flavor: str, room: int) -> str:
+    if code is Code.FAIR_SHARE:
+        return f"the room for {room} VMs of {flavor} was shared by weight with other groups"
     if code is Code.NO_ROOM:
-        return f"no room for {flavor} ({others} VMs started this cycle in all)"
+        return f"no room for {flavor}"
     if code is Code.CLUSTER_BACKOFF:
         return f"room for {flavor} only in clusters backing off after failed boots"
     if code is Code.GLOBAL_CAP:

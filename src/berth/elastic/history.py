@@ -41,11 +41,9 @@ def effective_backoff(
         h = state.history.get(spec.name, GroupHistory()).boots
         until = _bump(h, int(per_group[g]), state.now).backoff_until(config)
         ends.append(until if until is not None and state.now < until else None)
-    per_cluster: dict[str, int] = {}
-    for i in np.flatnonzero(failed):
-        cl = t.cluster[i]
-        if cl is not None:
-            per_cluster[cl] = per_cluster.get(cl, 0) + 1
+    codes = t.cluster_code[failed]
+    counts = np.bincount(codes[codes >= 0], minlength=len(t.cluster_names))
+    per_cluster = {c: int(n) for c, n in zip(t.cluster_names, counts, strict=True) if n}
     open_clusters = []
     for cl in sorted(state.room):
         h = _bump(state.clusters.get(cl, FailureHistory()), per_cluster.get(cl, 0), state.now)

@@ -93,6 +93,8 @@ class VmTable:
     running: I64  # running jobs its worker reports; 0 when no worker is known
     slots: I64  # slots its worker reports; 0 when no worker is known
     cluster: tuple[str | None, ...]
+    cluster_code: I64  # index into cluster_names; -1 when none
+    cluster_names: tuple[str, ...]
 
     def __len__(self) -> int:
         return len(self.names)
@@ -101,38 +103,33 @@ class VmTable:
     def build(
         vms: Sequence[Vm], workers: Mapping[str, WorkerStatus], group_index: Mapping[str, int]
     ) -> VmTable:
-        ordered = sorted(vms, key=lambda v: v.name)
+        """Columns from records: one comprehension per column (no per-VM objects)."""
+        ordered = sorted(vms, key=_name)
+        names = tuple(v.name for v in ordered)
+        found = [workers.get(n) for n in names]
         nan = float("nan")
-        states = STATE_INDEX
-        get_worker = workers.get
-        rows = []
-        for v in ordered:
-            w = get_worker(v.name)
-            rows.append(
-                (
-                    group_index.get(v.group, -1),
-                    states[v.state],
-                    v.since,
-                    v.requested_at,
-                    nan if v.heartbeat is None else v.heartbeat,
-                    nan if v.idle_since is None else v.idle_since,
-                    0 if w is None else w.running_jobs,
-                    0 if w is None else w.slots,
-                )
-            )
-        cols = list(zip(*rows, strict=True)) if rows else [()] * 8
+        f64, i64 = np.float64, np.int64
+        clusters = tuple(v.cluster for v in ordered)
+        known = sorted({c for c in clusters if c is not None})
+        code = {c: i for i, c in enumerate(known)}
         return VmTable(
-            names=tuple(v.name for v in ordered),
-            group=np.array(cols[0], dtype=np.int64),
-            state=np.array(cols[1], dtype=np.int64),
-            since=np.array(cols[2], dtype=np.float64),
-            requested_at=np.array(cols[3], dtype=np.float64),
-            heartbeat=np.array(cols[4], dtype=np.float64),
-            idle_since=np.array(cols[5], dtype=np.float64),
-            running=np.array(cols[6], dtype=np.int64),
-            slots=np.array(cols[7], dtype=np.int64),
-            cluster=tuple(v.cluster for v in ordered),
+            names=names,
+            group=np.array([group_index.get(v.group, -1) for v in ordered], dtype=i64),
+            state=np.array([STATE_INDEX[v.state] for v in ordered], dtype=i64),
+            since=np.array([v.since for v in ordered], dtype=f64),
+            requested_at=np.array([v.requested_at for v in ordered], dtype=f64),
+            heartbeat=np.array([nan if v.heartbeat is None else v.heartbeat for v in ordered]),
+            idle_since=np.array([nan if v.idle_since is None else v.idle_since for v in ordered]),
+            running=np.array([0 if w is None else w.running_jobs for w in found], dtype=i64),
+            slots=np.array([0 if w is None else w.slots for w in found], dtype=i64),
+            cluster=clusters,
+            cluster_code=np.array([-1 if c is None else code[c] for c in clusters], dtype=i64),
+            cluster_names=tuple(known),
         )
+
+
+def _name(v: Vm) -> str:
+    return v.name
 
 
 @dataclass(frozen=True)
