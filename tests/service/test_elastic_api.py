@@ -162,3 +162,29 @@ def test_group_admin_sees_only_its_vms_and_commands(env: ElasticEnv) -> None:
     assert 'berth_elastic_vms{group="juno",state="booting"} 1.0' in metrics
     assert 'berth_elastic_vms{group="bes",state="requested"} 1.0' in metrics
     assert "berth_hosts_powered_off 0.0" in metrics
+
+
+def test_accounting_from_the_state_history(env: ElasticEnv) -> None:
+    env.put("/v1/elastic/groups/juno", JUNO)
+    env.tokens["juno-admin"] = _group_admin(env, "juno")
+    store = env.store
+    for name, group in (("bes-1", "bes"), ("juno-1", "juno")):
+        store.record_vm(name, group, NOW)
+        store.move_vm(name, VmState.BOOTING, NOW + 0)
+        store.move_vm(name, VmState.FAILED, NOW + 1800)  # half an hour in the cloud
+    rows = env.get("/v1/elastic/accounting", params={"until": NOW + 7200}).json()
+    assert [(r["group"], r["vm_hours"], r["cpu_hours"], r["points"]) for r in rows] == [
+        ("bes", 0.5, 2.0, 2.0),
+        ("juno", 0.5, 2.0, 2.0),
+    ]
+    assert rows[0]["memory_gb_hours"] == 4.0  # p4: 8 GB
+    mine = env.get(
+        "/v1/elastic/accounting", "juno-admin", params={"per_vm_hour": 10, "until": NOW + 7200}
+    ).json()
+    assert [(r["group"], r["points"]) for r in mine] == [("juno", 7.0)]
+    csv = env.get("/v1/elastic/accounting", params={"format": "csv", "until": NOW + 7200})
+    assert csv.headers["content-type"].startswith("text/csv")
+    lines = csv.text.splitlines()
+    assert lines[0] == "day,group,user,vms,vm_hours,cpu_hours,memory_gb_hours,points"
+    assert len(lines) == 3
+    assert lines[1].split(",")[1:5] == ["bes", "bes", "1", "0.5"]

@@ -7,11 +7,13 @@ changes only its own group: lists are filtered to it, and anything of another gr
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
+from berth.elastic.accounting import Rates, Transition, UsageRow, VmInfo, rows_to_csv, usage
 from berth.elastic.commands import CommandKind, CommandState
 from berth.elastic.model import TERMINAL, VmState
 from berth.service import schemas_elastic as e
@@ -167,6 +169,50 @@ def hook_runs(
             )
         require_group(p, store.get_vm(vm).group)
     return [e.HookRunOut(**vars(r)) for r in store.hook_runs(vm=vm, event=event, limit=limit)]
+
+
+@router.get("/accounting", response_model=None)
+def accounting(
+    p: Elastic,
+    store: StoreDep,
+    replica: ReplicaDep,
+    group: Ident | None = None,
+    since: Annotated[float | None, Query(ge=0, le=1e11)] = None,
+    until: Annotated[float | None, Query(ge=0, le=1e11)] = None,
+    per_vm_hour: Annotated[float, Query(ge=0, le=1e6)] = 0.0,
+    per_core_hour: Annotated[float, Query(ge=0, le=1e6)] = 1.0,
+    per_gb_hour: Annotated[float, Query(ge=0, le=1e6)] = 0.0,
+    format: Annotated[str, Query(pattern="^(json|csv)$")] = "json",
+) -> Any:
+    """VM-hours, CPU-hours, memory GB-hours and points per day and group from the state
+    history (`berth.elastic.accounting`): a VM counts from booting until it is retired, failed
+    or lost; a live one up to `until` (default: now). Rows of days before `since` are left out.
+    `format=csv` answers text/csv."""
+    group = _scope(p, group)
+    end = replica.clock() if until is None else until
+    rows = usage_rows(store, replica, group, end, Rates(per_vm_hour, per_core_hour, per_gb_hour))
+    if since is not None:
+        first = datetime.fromtimestamp(since, UTC).date().isoformat()
+        rows = [r for r in rows if r.day >= first]
+    if format == "csv":
+        return Response(rows_to_csv(rows), media_type="text/csv")
+    return [r.as_dict() for r in rows]
+
+
+def usage_rows(
+    store: Store, replica: Any, group: str | None, until: float, rates: Rates
+) -> list[UsageRow]:
+    history = store.vm_history(until=until, group=group)
+    flavors = {g.name: g.spec.flavor for g in store.list_elastic_groups()}
+    infos: dict[str, VmInfo] = {}
+    for c in history:
+        if c.vm not in infos:
+            flavor = flavors.get(c.group, "")
+            known = replica.flavors.get(flavor)
+            memory = 0 if known is None else int(known.memory_mb)
+            infos[c.vm] = VmInfo(c.vm, c.group, c.cores, memory, flavor)
+    moves = [Transition(c.vm, c.state, c.at) for c in history]
+    return usage(moves, infos, rates, until=until)
 
 
 @router.get("/power", response_model=list[e.PowerOut])
