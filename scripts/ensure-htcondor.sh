@@ -110,6 +110,7 @@ DAEMON_LIST = MASTER, COLLECTOR, NEGOTIATOR, SCHEDD
 CONDOR_HOST = 127.0.0.1
 COLLECTOR_HOST = 127.0.0.1:$PORT
 NETWORK_INTERFACE = 127.0.0.1
+ENABLE_IPV6 = False
 USE_SHARED_PORT = True
 SHARED_PORT_PORT = $PORT
 SEC_DEFAULT_AUTHENTICATION_METHODS = FS, CLAIMTOBE
@@ -125,6 +126,8 @@ NEGOTIATOR_CYCLE_DELAY = 1
 SCHEDD_INTERVAL = 2
 SCHEDD_MIN_INTERVAL = 1
 UPDATE_INTERVAL = 2
+# A worker that dies without saying goodbye leaves the collector within seconds.
+CLASSAD_LIFETIME = 8
 MOUNT_UNDER_SCRATCH =
 GROUP_ACCEPT_SURPLUS = False
 GROUP_AUTOREGROUP = False
@@ -161,10 +164,11 @@ up() {
   mount_proc "$ROOT"
   for dir in /run/condor /var/lock/condor /var/log/condor /var/lib/condor/spool \
     /var/lib/condor/execute; do
-    mkdir -p "$ROOT$dir"
+    # Inside the chroot: its /var/lock is a symlink to /run/lock, which must resolve there.
+    chroot "$ROOT" mkdir -p "$dir"
     chroot "$ROOT" chown condor:condor "$dir"
   done
-  chroot "$ROOT" condor_master -f >"$RUN/master.out" 2>&1 &
+  chroot "$ROOT" condor_master -f >"$RUN/master.out" 2>&1 9>&- &
   echo $! >"$RUN/master.pid"
   for _ in $(seq 1 150); do
     pool_answers && { say "pool up on 127.0.0.1:$PORT"; return 0; }
@@ -196,6 +200,11 @@ print_env() {
   echo "BERTH_HTCONDOR_UID=$(id -u "$SUBMIT_USER")"
   echo "BERTH_HTCONDOR_GROUPS=$GROUPS_SPEC"
 }
+
+# One `up` or `down` at a time (parallel test workers all call `up`).
+mkdir -p "$HOME_DIR"
+exec 9>"$HOME_DIR/.lock"
+flock 9
 
 case "${1:-up}" in
   install) install_chroot ;;

@@ -6,6 +6,10 @@
 # munge key and socket, slurm.conf, state, spool, logs and pid files; the system's munge and
 # /etc/slurm are not touched. The controller starts with no compute node: the workers are the
 # dynamic slurmds Berth starts for its "VMs" (berth.elastic.workers.slurm), up to MaxNodeCount.
+# Many workers on one machine (tests, demos) cannot all be dynamic nodes: Slurm 22.05 reaches a
+# dynamic node on the cluster-wide SlurmdPort only. So the script also declares worker slots
+# (BERTH_SLURM_SLOTS "cpus:count,...", default "1:4,2:8"): FUTURE nodes berth-c<cpus>-<k>, each
+# with its own port from BERTH_SLURM_SLOT_PORT (17001), which a worker takes for one VM.
 # One partition per group (BERTH_SLURM_GROUPS, comma-separated, default "besiii,juno"; jobs
 # carry the group as their account too) plus a default partition `batch`.
 #
@@ -19,6 +23,8 @@ CTLD_PORT=${BERTH_SLURMCTLD_PORT:-6817}
 SLURMD_PORT=${BERTH_SLURMD_PORT:-6818}
 GROUPS_SPEC=${BERTH_SLURM_GROUPS:-besiii,juno}
 MAX_NODES=${BERTH_SLURM_MAX_NODES:-64}
+SLOTS_SPEC=${BERTH_SLURM_SLOTS:-1:4,2:8}
+FIRST_SLOT_PORT=${BERTH_SLURM_SLOT_PORT:-17001}
 CONF=$HOME_DIR/etc/slurm.conf
 SOCKET=$HOME_DIR/munge/munge.socket
 
@@ -71,7 +77,7 @@ start_munge() {
   rm -f "$SOCKET" "$SOCKET.lock"
   munged --force --socket="$SOCKET" --key-file="$HOME_DIR/munge/munge.key" \
     --pid-file="$HOME_DIR/munge/munged.pid" --log-file="$HOME_DIR/munge/munged.log" \
-    --seed-file="$HOME_DIR/munge/munged.seed"
+    --seed-file="$HOME_DIR/munge/munged.seed" 9>&-
   wait_for 50 test -S "$SOCKET" || { say "munged did not start"; exit 1; }
 }
 
@@ -79,6 +85,17 @@ write_config() {
   local host partitions="" group
   host=$(hostname -s)
   mkdir -p "$HOME_DIR"/{etc,state,spool,log,run}
+  local nodes="" port=$FIRST_SLOT_PORT entry cpus count k
+  IFS=',' read -ra slots <<<"$SLOTS_SPEC"
+  for entry in "${slots[@]}"; do
+    cpus=${entry%%:*}
+    count=${entry#*:}
+    for k in $(seq -w 1 "$count"); do
+      nodes="${nodes}NodeName=berth-c$cpus-$k NodeAddr=127.0.0.1 NodeHostname=$host Port=$port"
+      nodes="$nodes CPUs=$cpus State=FUTURE"$'\n'
+      port=$((port + 1))
+    done
+  done
   IFS=',' read -ra groups <<<"$GROUPS_SPEC"
   for group in "${groups[@]}"; do
     partitions="${partitions}PartitionName=$group MaxTime=INFINITE State=UP"$'\n'
@@ -114,12 +131,13 @@ SchedulerParameters=sched_interval=2,bf_interval=2
 ReturnToService=2
 MaxNodeCount=$MAX_NODES
 SlurmctldTimeout=30
-SlurmdTimeout=30
+SlurmdTimeout=10
 MessageTimeout=5
 InactiveLimit=0
 KillWait=2
 MinJobAge=60
 DebugFlags=NO_CONF_HASH
+$nodes
 PartitionName=batch Default=YES MaxTime=INFINITE State=UP
 $partitions
 EOF
@@ -138,7 +156,7 @@ up() {
   fi
   write_config
   # -c: a clean start (no jobs or dynamic nodes kept from a previous run), -i: ignore stale state.
-  SLURM_CONF=$CONF slurmctld -c -i
+  SLURM_CONF=$CONF slurmctld -c -i 9>&-
   wait_for 100 ctld_answers || { say "slurmctld did not answer; see $HOME_DIR/log"; exit 1; }
   say "slurmctld up on 127.0.0.1:$CTLD_PORT"
 }
@@ -169,7 +187,13 @@ print_env() {
   echo "SLURM_CONF=$CONF"
   echo "BERTH_SLURM_HOME=$HOME_DIR"
   echo "BERTH_SLURM_GROUPS=$GROUPS_SPEC"
+  echo "BERTH_SLURM_SLOTS=$SLOTS_SPEC"
 }
+
+# One `up` or `down` at a time (parallel test workers all call `up`).
+mkdir -p "$HOME_DIR"
+exec 9>"$HOME_DIR/.lock"
+flock 9
 
 case "${1:-up}" in
   install) install_packages ;;
