@@ -1,0 +1,114 @@
+"""The HTCondor queue watcher, through the `htcondor2` bindings (schedd, negotiator, collector).
+
+Jobs belong to the group whose accounting group they carry (`AcctGroup`, and the selector's
+extra `requirements` if any). An idle job is demand only within its group's batch quota: the
+negotiator's `ConfigQuota` (cores) minus the cores the group runs now; the idle jobs beyond it,
+and held jobs (JobStatus 5), are `held_jobs`. A group without a configured quota has no limit.
+Workers are the startds Berth started (`BerthVm` in their slot ads, `BerthGroup` the accounting
+group they serve); a worker whose startd died leaves the collector and the snapshot.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from berth.elastic.model import (
+    DRAIN_GROUP,
+    GroupDemand,
+    QueueSelector,
+    QueueSnapshot,
+    WorkerStatus,
+)
+
+IDLE, RUNNING, HELD = 1, 2, 5
+JOB_ATTRS = ["JobStatus", "RequestCpus", "AcctGroup"]
+SLOT_ATTRS = ["BerthVm", "BerthGroup", "State", "Cpus", "SlotType", "ChildState"]
+
+
+def bindings() -> Any:
+    """`htcondor2`, imported on first use (and told not to look for a local condor_config)."""
+    os.environ.setdefault("CONDOR_CONFIG", "/dev/null")
+    import htcondor2
+
+    return htcondor2
+
+
+def group_demand(
+    group: str, jobs: list[Mapping[str, Any]], quota_cores: float | None
+) -> GroupDemand:
+    """Count one group's jobs; idle ones beyond `quota_cores` minus running cores are held."""
+    running = [j for j in jobs if j.get("JobStatus") == RUNNING]
+    idle = [j for j in jobs if j.get("JobStatus") == IDLE]
+    held = sum(1 for j in jobs if j.get("JobStatus") == HELD)
+    if quota_cores is None:
+        return GroupDemand(group, len(idle), len(running), held)
+    room = quota_cores - sum(_cpus(j) for j in running)
+    startable = 0
+    for job in idle:
+        if _cpus(job) > room + 1e-9:
+            break
+        room -= _cpus(job)
+        startable += 1
+    return GroupDemand(group, startable, len(running), held + len(idle) - startable)
+
+
+def _cpus(ad: Mapping[str, Any]) -> float:
+    value = ad.get("RequestCpus", 1)
+    return float(value) if isinstance(value, int | float) else 1.0
+
+
+class HTCondorWatcher:
+    """`QueueWatcher` over one pool, reached through its collector (`host:port`)."""
+
+    def __init__(self, collector: str, groups: Mapping[str, QueueSelector]) -> None:
+        for name, sel in groups.items():
+            if not sel.accounting_group:
+                raise ValueError(f"groups.{name}.accounting_group: required for HTCondor")
+        self.collector = collector
+        self.groups = dict(groups)
+        self._htcondor = bindings()
+
+    def snapshot(self) -> QueueSnapshot:
+        htc = self._htcondor
+        coll = htc.Collector(self.collector)
+        schedds = coll.query(htc.AdTypes.Schedd)
+        quotas = self._quotas(coll)
+        demand = {}
+        for name, sel in self.groups.items():
+            constraint = f'AcctGroup == "{sel.accounting_group}"'
+            if sel.requirements:
+                constraint = f"{constraint} && ({sel.requirements})"
+            jobs: list[Mapping[str, Any]] = []
+            for ad in schedds:
+                jobs += [dict(j) for j in htc.Schedd(ad).query(constraint, projection=JOB_ATTRS)]
+            quota = quotas.get(str(sel.accounting_group))
+            demand[name] = group_demand(name, jobs, quota)
+        slots = coll.query(htc.AdTypes.Startd, "BerthVm isnt undefined", projection=SLOT_ATTRS)
+        return QueueSnapshot(time.time(), demand, self._workers([dict(s) for s in slots]))
+
+    def _quotas(self, coll: Any) -> dict[str, float]:
+        htc = self._htcondor
+        ad = coll.locate(htc.DaemonType.Negotiator)
+        found: dict[str, float] = {}
+        for rec in htc.Negotiator(ad).getPriorities(True):
+            if rec.get("IsAccountingGroup") and rec.get("ConfigQuota", 0) > 0:
+                found[str(rec["Name"])] = float(rec["ConfigQuota"])
+        return found
+
+    def _workers(self, slots: list[dict[str, Any]]) -> dict[str, WorkerStatus]:
+        by_batch = {sel.accounting_group: name for name, sel in self.groups.items()}
+        found: dict[str, WorkerStatus] = {}
+        for slot in slots:
+            vm = str(slot["BerthVm"])
+            served = str(slot.get("BerthGroup", DRAIN_GROUP))
+            group = DRAIN_GROUP if served == DRAIN_GROUP else by_batch.get(served, served)
+            dynamic = slot.get("SlotType") == "Dynamic"
+            busy = 1 if slot.get("State") == "Claimed" else 0
+            old = found.get(vm, WorkerStatus(vm, group, 0, 0))
+            found[vm] = WorkerStatus(
+                vm, group, old.running_jobs + busy, old.slots + (0 if dynamic else 1)
+            )
+        return found
