@@ -68,9 +68,7 @@ def test_htcondor_watcher_and_worker(htcondor_pool: HTCondorPool) -> None:
 
 def test_slurm_watcher_and_worker(slurm_cluster: SlurmCluster) -> None:
     cluster = slurm_cluster
-    groups = {
-        g: QueueSelector(BatchSystem.SLURM, partition=g, account=g) for g in cluster.groups
-    }
+    groups = {g: QueueSelector(BatchSystem.SLURM, partition=g, account=g) for g in cluster.groups}
     watcher = SlurmWatcher(groups, cluster.env)
     workers = SlurmWorkers(cluster.conf)
     vm = f"el-juno-{os.getpid()}"
@@ -88,9 +86,7 @@ def test_slurm_watcher_and_worker(slurm_cluster: SlurmCluster) -> None:
         workers.join(vm, groups["juno"])
         node = workers.node(vm)
         jobs = [int(j) for j in cluster.run("squeue", "-h", "-p", "juno", "-o", "%i").split()]
-        wait_until(
-            lambda: sum(cluster.output(j) == node for j in jobs) == 2, 40, "juno jobs ran"
-        )
+        wait_until(lambda: sum(cluster.output(j) == node for j in jobs) == 2, 40, "juno jobs ran")
         assert watcher.snapshot().workers[vm].group == "juno"
         workers.leave(vm)
         assert watcher.snapshot().workers[vm].group == DRAIN_GROUP

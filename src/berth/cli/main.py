@@ -350,6 +350,7 @@ from berth.cli.api import register as _register_api  # noqa: E402
 from berth.cli.db import db_load_demo as _db_load_demo  # noqa: E402
 from berth.cli.db import register as _register_db  # noqa: E402
 from berth.cli.defrag import register as _register_defrag  # noqa: E402
+from berth.cli.elastic import register as _register_elastic  # noqa: E402
 from berth.cli.schedule import register as _register_schedule  # noqa: E402
 from berth.cli.serve import register as _register_serve  # noqa: E402
 from berth.cli.simulate import register as _register_simulate  # noqa: E402
@@ -361,6 +362,7 @@ _register_schedule(app)
 _register_simulate(app)
 _register_defrag(app)
 _register_agent(app)
+_register_elastic(app)
 demo_app.command("load")(_db_load_demo)  # `berth demo load` = `berth db load-demo`
 
 

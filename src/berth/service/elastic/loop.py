@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from berth.cloud.driver import CloudDriver, Server
@@ -159,11 +159,15 @@ class ElasticLoop:
             for cluster, counts in self.replica.capacity(flavors, "cluster").items()
             if cluster in self.drivers
         }
+        quiet = self._shutting_down(vms)
         return ControlState(
             now=now,
             groups=[g.spec for g in groups.values()],
             queue=QueueSnapshot(queue.taken_at, queue.groups, workers),
-            vms=[v.to_vm() for v in vms.values()],
+            vms=[
+                replace(v.to_vm(), heartbeat=now) if v.name in quiet else v.to_vm()
+                for v in vms.values()
+            ],
             room=room,
             global_max_vms=limits.max_vms,
             global_max_cores=limits.max_cores,
@@ -171,6 +175,18 @@ class ElasticLoop:
             clusters=self.cluster_history,
             evict=self._evicted(vms),
         )
+
+    def _shutting_down(self, vms: Mapping[str, VmRow]) -> set[str]:
+        """Draining VMs asked to shut down: their agents go quiet on purpose (stopping the
+        batch daemon can take a while), so their silence is not a lost VM; `retire` deletes
+        them once the shutdown is done or its grace has passed."""
+        out = set()
+        for vm in vms.values():
+            if vm.state is VmState.DRAINING and any(
+                c.kind is CommandKind.SHUTDOWN for c in self.store.list_commands(vm=vm.name)
+            ):
+                out.add(vm.name)
+        return out
 
     def _evicted(self, vms: Mapping[str, VmRow]) -> frozenset[str]:
         """Joined or draining VMs whose placement claim is gone: an on-demand request evicted
