@@ -10,7 +10,7 @@ from berth.elastic.policies import BerthPolicy, StaticPolicy, VCondorPolicy
 from berth.elastic.replay import Outage, Setup, World, replay
 from berth.elastic.state import ControllerConfig
 from berth.elastic.tidal import TidalConfig
-from berth.elastic.workload import DAY, seed_day_jobs
+from berth.elastic.workload import DAY, Jobs, seed_day_jobs
 
 HOURS = 8 * 3600.0
 
@@ -23,7 +23,7 @@ def groups() -> tuple[GroupSpec, ...]:
     return (g("besiii", 5, 30), g("juno", 3, 20), g("lhaaso", 2, 10))
 
 
-def jobs():  # a third of a day, a fifth of the rate: quick
+def jobs() -> Jobs:  # a fifth of the rate: quick
     return seed_day_jobs(1, seed=3, jobs_per_day=1000)
 
 
