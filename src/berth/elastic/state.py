@@ -104,15 +104,11 @@ class VmTable:
     def build(
         vms: Sequence[Vm], workers: Mapping[str, WorkerStatus], group_index: Mapping[str, int]
     ) -> VmTable:
-        """Columns from records: one pass of C-level attribute reads, then one array a column."""
+        """Columns from records: C-level attribute reads column by column, one array each."""
         ordered = sorted(vms, key=_NAME)
-        rows = list(map(_FIELDS, ordered))
-        if rows:
-            names, groups, states, since, requested, heartbeat, idle, clusters = zip(
-                *rows, strict=True
-            )
-        else:
-            names = groups = states = since = requested = heartbeat = idle = clusters = ()
+        names, groups, states, since, requested, heartbeat, idle, clusters = (
+            list(map(get, ordered)) for get in _FIELDS
+        )
         found = list(map(workers.get, names))
         nan = float("nan")
         f64, i64 = np.float64, np.int64
@@ -139,8 +135,18 @@ class VmTable:
 
 
 _NAME = attrgetter("name")
-_FIELDS = attrgetter(
-    "name", "group", "state", "since", "requested_at", "heartbeat", "idle_since", "cluster"
+_FIELDS = tuple(
+    attrgetter(a)
+    for a in (
+        "name",
+        "group",
+        "state",
+        "since",
+        "requested_at",
+        "heartbeat",
+        "idle_since",
+        "cluster",
+    )
 )
 
 
