@@ -168,7 +168,7 @@ def groups3() -> tuple[GroupSpec, ...]:
 def policies() -> list[tuple[str, Callable[[], Any]]]:
     tuned = ControllerConfig(boot_deadline=300, keep_alive=120, hysteresis=300)
     careful = ControllerConfig(boot_deadline=300, keep_alive=600, hysteresis=900)
-    tidal = TidalConfig(days=1, lookahead=3600, margin=0.25, min_on=4)
+    tidal = TidalConfig(days=1, lookahead=3600, margin=0.25, min_on=4)  # every 60 s
     return [
         (
             "Berth (keep-alive 120 s, hysteresis 300 s) + tidal",

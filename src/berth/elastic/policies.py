@@ -3,7 +3,7 @@
 * `BerthPolicy` builds a `ControlState` from the world every `cycle` seconds, calls `decide`,
   carries the actions out and folds them into the history (`advance_history`); with a
   `TidalConfig` it also runs the tidal planner every `tidal_period` seconds on the demand seen
-  so far (cores wanted = running + idle jobs, one core a slot).
+  so far (cores wanted = cores the VMs hold + one core for each idle job).
 * `VCondorPolicy` is VCondor's rule as IHEP describes it: every 600 s, per group, launch
   min(VMs for the idle jobs, quota headroom) and destroy every VM that runs no job; a VM that has
   not joined by the next cycle after 600 s counts as a failed boot and is deleted.
@@ -35,7 +35,7 @@ class BerthPolicy:
     config: ControllerConfig = field(default_factory=ControllerConfig)
     cycle: float = 60.0
     tidal: TidalConfig | None = None
-    tidal_period: float = 900.0
+    tidal_period: float = 60.0
     global_max_vms: int | None = None
     name: str = "berth"
     history: dict[str, GroupHistory] = field(default_factory=dict)
@@ -97,8 +97,10 @@ class BerthPolicy:
         self._tidal(world, now)
 
     def _tidal(self, world: World, now: float) -> None:
-        wanted = sum(world.idle_jobs(i) + world.running_jobs(i) for i in range(len(world.queues)))
-        self.samples.append((now, float(wanted)))
+        held = float(world.setup.hosts * world.setup.host_cores - world.free.sum())
+        idle = sum(world.idle_jobs(i) for i in range(len(world.queues)))  # one core a job
+        wanted = held + idle
+        self.samples.append((now, wanted))
         if self.tidal is None or int(now) % int(self.tidal_period) != 0:
             return
         cores = world.setup.host_cores
@@ -113,7 +115,7 @@ class BerthPolicy:
             )
             for h in range(world.setup.hosts)
         ]
-        plan = plan_power(views, self.samples, now, float(wanted), self.tidal)
+        plan = plan_power(views, self.samples, now, wanted, self.tidal)
         for p in plan.actions:
             world.set_power(int(p.host[1:]), p.on, now)
 
