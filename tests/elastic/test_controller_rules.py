@@ -250,3 +250,20 @@ def test_bad_input_names_the_field() -> None:
         ControllerConfig(max_starts=-1)
     with pytest.raises(ValueError, match="listed twice"):
         state(0, [A, A])
+
+
+def test_decision_is_json_ready() -> None:
+    import json
+
+    vms = [vm("v1", "a", VmState.BOOTING, since=0)]
+    d = decide(state(1000, [A], vms=vms, idle={"a": 4}), CFG)
+    data = json.loads(json.dumps(d.to_dict()))
+    assert data["actions"][0] == {
+        "kind": "reap",
+        "vm": "v1",
+        "group": "a",
+        "outcome": "failed",
+        "cluster": "c1",
+        "reason": {"code": "boot_deadline", "message": "did not join within the boot deadline"},
+    }
+    assert data["groups"][0]["notes"][0]["code"] == "group_backoff"

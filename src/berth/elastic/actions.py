@@ -8,8 +8,9 @@ asked for and did not receive.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from enum import StrEnum
+from typing import Any
 
 from berth.elastic.model import VmState
 
@@ -133,8 +134,28 @@ class Decision:
     def reaps(self) -> list[Reap]:
         return [a for a in self.actions if isinstance(a, Reap)]
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: each action with its `kind`; enums as their values."""
+        return {
+            "now": self.now,
+            "actions": [
+                {"kind": type(a).__name__.lower(), **_plain(asdict(a))} for a in self.actions
+            ],
+            "groups": [_plain(asdict(r)) for r in self.groups],
+        }
+
     def report(self, group: str) -> GroupReport:
         for r in self.groups:
             if r.group == group:
                 return r
         raise KeyError(group)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, StrEnum):
+        return value.value
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import numpy as np
 import numpy.typing as npt
@@ -103,33 +104,50 @@ class VmTable:
     def build(
         vms: Sequence[Vm], workers: Mapping[str, WorkerStatus], group_index: Mapping[str, int]
     ) -> VmTable:
-        """Columns from records: one comprehension per column (no per-VM objects)."""
-        ordered = sorted(vms, key=_name)
-        names = tuple(v.name for v in ordered)
-        found = [workers.get(n) for n in names]
+        """Columns from records: C-level attribute reads column by column, one array each."""
+        ordered = sorted(vms, key=_NAME)
+        names, groups, states, since, requested, heartbeat, idle, clusters = (
+            list(map(get, ordered)) for get in _FIELDS
+        )
+        found = list(map(workers.get, names))
         nan = float("nan")
         f64, i64 = np.float64, np.int64
-        clusters = tuple(v.cluster for v in ordered)
         known = sorted({c for c in clusters if c is not None})
         code = {c: i for i, c in enumerate(known)}
+        code_of = code.get
+        gi = group_index.get
         return VmTable(
-            names=names,
-            group=np.array([group_index.get(v.group, -1) for v in ordered], dtype=i64),
-            state=np.array([STATE_INDEX[v.state] for v in ordered], dtype=i64),
-            since=np.array([v.since for v in ordered], dtype=f64),
-            requested_at=np.array([v.requested_at for v in ordered], dtype=f64),
-            heartbeat=np.array([nan if v.heartbeat is None else v.heartbeat for v in ordered]),
-            idle_since=np.array([nan if v.idle_since is None else v.idle_since for v in ordered]),
+            names=tuple(names),
+            group=np.fromiter((gi(g, -1) for g in groups), dtype=i64, count=len(names)),
+            state=np.fromiter(map(STATE_INDEX.__getitem__, states), dtype=i64, count=len(names)),
+            since=np.array(since, dtype=f64),
+            requested_at=np.array(requested, dtype=f64),
+            heartbeat=np.array([nan if h is None else h for h in heartbeat], dtype=f64),
+            idle_since=np.array([nan if t is None else t for t in idle], dtype=f64),
             running=np.array([0 if w is None else w.running_jobs for w in found], dtype=i64),
             slots=np.array([0 if w is None else w.slots for w in found], dtype=i64),
-            cluster=clusters,
-            cluster_code=np.array([-1 if c is None else code[c] for c in clusters], dtype=i64),
+            cluster=tuple(clusters),
+            cluster_code=np.fromiter(
+                (code_of(c, -1) for c in clusters), dtype=i64, count=len(names)
+            ),
             cluster_names=tuple(known),
         )
 
 
-def _name(v: Vm) -> str:
-    return v.name
+_NAME = attrgetter("name")
+_FIELDS = tuple(
+    attrgetter(a)
+    for a in (
+        "name",
+        "group",
+        "state",
+        "since",
+        "requested_at",
+        "heartbeat",
+        "idle_since",
+        "cluster",
+    )
+)
 
 
 @dataclass(frozen=True)

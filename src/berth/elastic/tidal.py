@@ -10,7 +10,8 @@ name one).
 
 Forecast: for each of the last `days` days, the largest demand seen in the window
 [now, now + lookahead] shifted back by that many days; the `quantile` of those (1.0 = max),
-never below the demand now; times (1 + margin). Capacity on = cores of the hosts powered on.
+never below the demand now; times (1 + margin), plus `spare` cores. Capacity on = cores of the
+hosts powered on.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class TidalConfig:
     lookahead: float = 3600.0  # the window ahead whose demand must already fit
     quantile: float = 1.0  # of the per-day peaks (1.0 = the largest)
     margin: float = 0.2  # safety margin over the forecast
+    spare: float = 0.0  # cores kept on beyond the forecast (a burst's head start)
     min_on: int = 1  # hosts kept on whatever the forecast
     min_dwell: float = 1800.0  # a host stays in a power state at least this long
     max_off: int = 4  # power-offs per cycle
@@ -46,7 +48,7 @@ class TidalConfig:
         for name in ("days", "min_on", "max_off", "max_on"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be >= 0")
-        for name in ("lookahead", "margin", "min_dwell"):
+        for name in ("lookahead", "margin", "spare", "min_dwell"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be >= 0")
 
@@ -94,7 +96,7 @@ def forecast(
         past = float(np.quantile(peaks, config.quantile)) if peaks else 0.0
     else:
         past = 0.0
-    return max(past, current) * (1.0 + config.margin)
+    return max(past, current) * (1.0 + config.margin) + config.spare
 
 
 def plan_power(
