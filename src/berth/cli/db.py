@@ -80,7 +80,9 @@ def db_load_topology(
 
 @admin_app.command("create-token")
 def create_token(
-    role: Annotated[str, typer.Option(help="admin, operator, tenant, reader or agent.")] = "admin",
+    role: Annotated[
+        str, typer.Option(help="admin, operator, tenant, reader, agent, vm or group-admin.")
+    ] = "admin",
     name: Annotated[str, typer.Option(help="A label for the token.")] = "cli",
     project: Annotated[str | None, typer.Option(help="Project (tenant tokens).")] = None,
     ttl: Annotated[
@@ -90,6 +92,9 @@ def create_token(
     host: Annotated[
         list[str] | None,
         typer.Option("--host", help="A host an agent token reports for (repeat for more)."),
+    ] = None,
+    elastic_group: Annotated[
+        str | None, typer.Option("--elastic-group", help="A group-admin token's elastic group.")
     ] = None,
     db: DbOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR,
@@ -101,12 +106,17 @@ def create_token(
     store = Store.open(db_url(db, data_dir))
     try:
         row, secret = store.create_token(
-            name, role, project, ttl=parse_ttl(ttl), hosts=tuple(host or ())
+            name,
+            role,
+            project,
+            ttl=parse_ttl(ttl),
+            hosts=tuple(host or ()),
+            elastic_group=elastic_group,
         )
     except BerthError as exc:
         fail(str(exc))
     sys.stdout.write(secret + "\n")
-    scope = row.project or ", ".join(row.hosts)
+    scope = row.project or row.elastic_group or ", ".join(row.hosts)
     expiry = f", expires in {ttl}" if ttl else ""
     err.print(f"token {row.id} ({row.role}{', ' + scope if scope else ''}{expiry})")
 
