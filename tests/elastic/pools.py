@@ -85,7 +85,9 @@ class Pool:
             env.replica,
             {"c1": env.cloud},
             self.watchers,
-            LoopConfig(controller=CONTROL, agent_url=self.url, shutdown_grace=15.0),
+            LoopConfig(
+                controller=CONTROL, agent_url=self.url, shutdown_grace=15.0, drain_settle=3.0
+            ),
             hooks=HookRunner(env.store, self.hooks, backoff_base=1.0, backoff_max=4.0),
             metrics=env.app.state.elastic_metrics,
         )

@@ -57,7 +57,9 @@ def make_loop(
         env.replica,
         {"c1": env.cloud},
         [queue],
-        LoopConfig(controller=CONTROL, agent_url="http://testserver", shutdown_grace=30),
+        LoopConfig(
+            controller=CONTROL, agent_url="http://testserver", shutdown_grace=30, drain_settle=2
+        ),
         hooks=runner,
         metrics=env.app.state.elastic_metrics,
         clock=clock,
@@ -148,7 +150,10 @@ def test_a_pool_grows_joins_drains_and_retires(
     for s in servers.values():
         assert _answer(env, s, _beat(env, s)) == ["leave"]
     clock.now += 1
-    loop.cycle()  # drained with no job: shutdown asked first
+    loop.cycle()  # drained with no job, but the leave was done only a second ago: settling
+    assert all(_beat(env, s) == [] for s in servers.values())
+    clock.now += 1
+    loop.cycle()  # settled: shutdown asked first
     for s in servers.values():
         assert _answer(env, s, _beat(env, s)) == ["shutdown"]
     loop.cycle()  # shut down: deleted, claims released, retired

@@ -6,9 +6,11 @@
   on exactly that host and marked booting. The VM's name is the cloud server's name, so a
   restart finds a boot that happened (`reconcile`) instead of booting a twin.
 * drain: a `leave` command (the record moves to draining with it).
-* retire: a `shutdown` command, so the agent stops its batch daemon and takes it out of the batch
-  system; once it is done (or `shutdown_grace` passed), the leave hooks run, the server is
-  deleted, the claim released and the record retired.
+* retire: once the worker confirmed its `leave` at least `drain_settle` seconds ago (so a job
+  matched just before shows as running), a `shutdown` command, so the agent stops its batch
+  daemon and takes it out of the batch system; once that is done (or `shutdown_grace` passed),
+  the leave hooks run, the server is deleted, the claim released and the record retired. A
+  forced retire (drain deadline) does not wait for the leave.
 * reap: the leave hooks run for a VM that had joined; the server is deleted and the claim
   released; the record becomes failed (never joined) or lost (stale heartbeat).
 """
@@ -29,7 +31,7 @@ from berth.service.elastic.hooks import HookRunner
 from berth.service.placing.errors import ContentionError, NoPlacementError
 from berth.service.placing.plain import PlaceArgs, place
 from berth.service.replica import Replica
-from berth.store.elastic_rows import ElasticGroupRow, VmRow, VmStateError
+from berth.store.elastic_rows import CommandRow, ElasticGroupRow, VmRow, VmStateError
 from berth.store.errors import AlreadyExistsError, NotFoundError
 
 log = logging.getLogger("berth.elastic")
@@ -48,6 +50,7 @@ class Outside:
     project: str
     clock: Callable[[], float]
     shutdown_grace: float = 30.0
+    drain_settle: float = 10.0
 
 
 def new_name(group: str) -> str:
@@ -165,9 +168,12 @@ def retire(out: Outside, action: Retire, vm: VmRow) -> VmRow | None:
     """Ask the agent to shut its worker down; delete once it did (or the grace passed)."""
     store = out.replica.store
     now = out.clock()
-    asked = [c for c in store.list_commands(vm=vm.name) if c.kind is CommandKind.SHUTDOWN]
+    log_ = store.list_commands(vm=vm.name)
+    asked = [c for c in log_ if c.kind is CommandKind.SHUTDOWN]
     if asked:
         cmd = asked[-1]
+    elif not action.force and not _settled(out, log_, now):
+        return None
     else:
         cmd = store.issue_command(vm.name, CommandKind.SHUTDOWN, now, by="elastic-loop")
     finished = cmd.state is CommandState.DONE or cmd.state is CommandState.FAILED
@@ -180,6 +186,17 @@ def retire(out: Outside, action: Retire, vm: VmRow) -> VmRow | None:
         return store.move_vm(vm.name, VmState.RETIRED, out.clock(), action.reason.message)
     except VmStateError:
         return None
+
+
+def _settled(out: Outside, log_: list[CommandRow], now: float) -> bool:
+    """The worker confirmed it left (its `leave` is done) `drain_settle` seconds ago: a job
+    the batch system matched just before the leave has had time to show as running (a batch
+    system reports a new claim only at its next update), so "no running job" can be trusted."""
+    leaves = [c for c in log_ if c.kind is CommandKind.LEAVE and c.state is CommandState.DONE]
+    if not leaves:
+        return False
+    done = leaves[-1].finished_at
+    return done is not None and now - done >= out.drain_settle
 
 
 def start(out: Outside, action: Start, group: ElasticGroupRow) -> list[VmRow]:

@@ -53,6 +53,7 @@ class LoopConfig:
     agent_url: str = "http://127.0.0.1:8080"  # where VMs' agents reach the service
     project: str = "elastic"  # the project elastic VMs are placed and booted under
     shutdown_grace: float = 30.0  # a retiring VM is deleted this long after `shutdown`
+    drain_settle: float = 10.0  # a drained VM is retired this long after its `leave` was done
 
 
 class ElasticLoop:
@@ -91,6 +92,7 @@ class ElasticLoop:
             self.config.project,
             clock,
             self.config.shutdown_grace,
+            self.config.drain_settle,
         )
 
     # ------------------------------------------------------------------ thread
