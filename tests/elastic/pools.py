@@ -86,7 +86,7 @@ class Pool:
             {"c1": env.cloud},
             self.watchers,
             LoopConfig(
-                controller=CONTROL, agent_url=self.url, shutdown_grace=15.0, drain_settle=3.0
+                controller=CONTROL, agent_url=self.url, shutdown_grace=15.0, drain_settle=8.0
             ),
             hooks=HookRunner(env.store, self.hooks, backoff_base=1.0, backoff_max=4.0),
             metrics=env.app.state.elastic_metrics,
