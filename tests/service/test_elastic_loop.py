@@ -165,6 +165,8 @@ def test_a_pool_grows_joins_drains_and_retires(
         assert states == ["requested", "booting", "joined", "draining", "retired"]
     metrics = env.client.get("/metrics").text
     assert 'berth_elastic_actions_total{action="start"} 3.0' in metrics
+    idle = [ln for ln in metrics.splitlines() if ln.startswith("berth_elastic_idle_vm_hours_total")]
+    assert float(idle[0].split()[-1]) > 0  # joined VMs idled past their keep-alive
     assert "berth_elastic_boot_seconds_count 3.0" in metrics
 
 

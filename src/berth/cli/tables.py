@@ -15,6 +15,7 @@ from rich.table import Table
 
 ID_HEADERS = frozenset(
     {"instance", "host", "source", "target", "from", "to", "plan", "placement", "set"}
+    | {"vm", "group", "queue"}
 )
 """Column headers whose cells are ids or host names a user copies into the next command."""
 

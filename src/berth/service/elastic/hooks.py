@@ -86,20 +86,6 @@ class HookRunner:
             latest[run.hook] = run
         return latest
 
-    def pending(self, vm: str, event: str) -> tuple[list[Hook], float | None]:
-        """The hooks of `event` that have not succeeded for `vm`, and the earliest time one of
-        them may run (None: now)."""
-        latest = self._latest(vm, event)
-        todo = [h for h in self.for_event(event) if _outcome(latest.get(h.name)) != "ok"]
-        waits = [
-            r.next_retry
-            for h in todo
-            if (r := latest.get(h.name)) is not None and r.next_retry is not None
-        ]
-        now = self.clock()
-        later = [w for w in waits if w > now]
-        return todo, (min(later) if later and len(later) == len(todo) else None)
-
     def run(self, event: str, vm: VmRow) -> bool:
         """Run the hooks of `event` not yet done for `vm` whose retry time has come; True when
         every hook of the event has now succeeded."""
