@@ -126,8 +126,6 @@ NEGOTIATOR_CYCLE_DELAY = 1
 SCHEDD_INTERVAL = 2
 SCHEDD_MIN_INTERVAL = 1
 UPDATE_INTERVAL = 2
-# A worker that dies without saying goodbye leaves the collector within seconds.
-CLASSAD_LIFETIME = 8
 MOUNT_UNDER_SCRATCH =
 GROUP_ACCEPT_SURPLUS = False
 GROUP_AUTOREGROUP = False
@@ -147,16 +145,25 @@ pool_answers() {
     [ -n "$(chroot "$ROOT" condor_status -negotiator -af Name 2>/dev/null)" ]
 }
 
+wait_answers() {
+  for _ in $(seq 1 150); do
+    pool_answers && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
 up() {
   install_chroot
   need_root "starting the pool"
   mkdir -p "$RUN"
   write_config
-  if master_pid >/dev/null && pool_answers; then
-    say "pool already up on 127.0.0.1:$PORT"
-    return 0
+  if master_pid >/dev/null; then
+    wait_answers && { say "pool already up on 127.0.0.1:$PORT"; return 0; }
+    say "condor_master runs but the pool does not answer; see $ROOT/var/log/condor"
+    exit 1
   fi
-  if listening && ! master_pid >/dev/null; then
+  if listening; then
     say "127.0.0.1:$PORT is taken by something this script did not start"
     exit 1
   fi
@@ -170,10 +177,7 @@ up() {
   done
   chroot "$ROOT" condor_master -f >"$RUN/master.out" 2>&1 9>&- &
   echo $! >"$RUN/master.pid"
-  for _ in $(seq 1 150); do
-    pool_answers && { say "pool up on 127.0.0.1:$PORT"; return 0; }
-    sleep 0.1
-  done
+  wait_answers && { say "pool up on 127.0.0.1:$PORT"; return 0; }
   say "the pool did not answer in 15 s; see $ROOT/var/log/condor"
   exit 1
 }

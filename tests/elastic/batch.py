@@ -98,7 +98,15 @@ class HTCondorPool:
             f"output = {home}/{name}.$(Process).out\nerror = {home}/{name}.$(Process).err\n"
             f"should_transfer_files = NO\nqueue {count}\n"
         )
-        out = self.chroot("sh", "-c", f"cd {home} && condor_submit {name}.sub", as_user=True)
+        submit = f"cd {home} && condor_submit {name}.sub"
+        for attempt in range(20):  # a schedd that just started may refuse for a moment
+            try:
+                out = self.chroot("sh", "-c", submit, as_user=True)
+                break
+            except subprocess.CalledProcessError:
+                if attempt == 19:
+                    raise
+                time.sleep(0.5)
         return int(out.rsplit("cluster", 1)[1].strip(" .\n"))
 
     def outputs(self) -> list[str]:
@@ -106,7 +114,11 @@ class HTCondorPool:
         return [p.read_text().strip() for p in home.glob("berth-test-*.out") if p.stat().st_size]
 
     def remove_all(self) -> None:
-        self.chroot("condor_rm", "-all", as_user=True)
+        subprocess.run(
+            ["chroot", f"--userspec={self.user}:{self.user}", str(self.root), "condor_rm", "-all"],
+            capture_output=True,
+            check=False,  # nothing to remove is no error
+        )
 
 
 def up_slurm() -> SlurmCluster:

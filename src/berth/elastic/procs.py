@@ -1,4 +1,4 @@
-"""Running the batch systems' commands and stopping their daemons (the watchers' and workers' I/O)."""
+"""Running the batch systems' commands and stopping their daemons (watchers' and workers' I/O)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,7 @@ class BatchCommandError(Exception):
     """A batch command failed; the message names the command and quotes its error output."""
 
 
-def run(
-    cmd: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float = 30.0
-) -> str:
+def run(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float = 30.0) -> str:
     """Run `cmd`, return its standard output; raise `BatchCommandError` if it fails."""
     full_env = {**os.environ, **(env or {})}
     try:

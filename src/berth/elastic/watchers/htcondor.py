@@ -30,9 +30,14 @@ SLOT_ATTRS = ["BerthVm", "BerthGroup", "State", "Cpus", "SlotType", "ChildState"
 
 def bindings() -> Any:
     """`htcondor2`, imported on first use (and told not to look for a local condor_config)."""
-    os.environ.setdefault("CONDOR_CONFIG", "/dev/null")
-    import htcondor2
-
+    unset = "CONDOR_CONFIG" not in os.environ
+    if unset:  # only while importing: child processes keep finding their own configuration
+        os.environ["CONDOR_CONFIG"] = "/dev/null"
+    try:
+        import htcondor2
+    finally:
+        if unset:
+            os.environ.pop("CONDOR_CONFIG", None)
     return htcondor2
 
 

@@ -40,7 +40,9 @@ NUM_CPUS = {cpus}
 NUM_SLOTS = {cpus}
 BerthVm = "{vm}"
 BerthGroup = "{group}"
-STARTD_ATTRS = $(STARTD_ATTRS) BerthVm BerthGroup
+# A startd killed without goodbye leaves the collector when its ads expire: in seconds.
+ClassAdLifetime = 10
+STARTD_ATTRS = $(STARTD_ATTRS) BerthVm BerthGroup ClassAdLifetime
 START = (TARGET.AcctGroup =?= MY.BerthGroup)
 CLAIM_WORKLIFE = 0
 UPDATE_INTERVAL = 2
@@ -88,8 +90,13 @@ class HTCondorWorkers:
         (home / "execute").chmod(0o1777)
         with open(home / "startd.out", "ab") as out:
             proc = subprocess.Popen(
-                [*self._prefix(), "env", f"CONDOR_CONFIG={inside}/condor_config"]
-                + ["condor_startd", "-f"],
+                [
+                    *self._prefix(),
+                    "env",
+                    f"CONDOR_CONFIG={inside}/condor_config",
+                    "condor_startd",
+                    "-f",
+                ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
