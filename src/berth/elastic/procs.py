@@ -67,6 +67,15 @@ def stop_pid(pid: int, *, grace: float = 10.0) -> None:
         time.sleep(0.05)
 
 
+def kill_group(pgid: int) -> None:
+    """SIGKILL what is left of process group `pgid` (a stopped daemon's helpers); no error if
+    none is."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return
+
+
 def _reaped(pid: int) -> bool:
     try:
         done, _ = os.waitpid(pid, os.WNOHANG)

@@ -5,7 +5,10 @@ extra `requirements` if any). An idle job is demand only within its group's batc
 negotiator's `ConfigQuota` (cores) minus the cores the group runs now; the idle jobs beyond it,
 and held jobs (JobStatus 5), are `held_jobs`. A group without a configured quota has no limit.
 Workers are the startds Berth started (`BerthVm` in their slot ads, `BerthGroup` the accounting
-group they serve); a worker whose startd died leaves the collector and the snapshot.
+group they serve). A worker stopped by Berth withdraws its ads (berth.elastic.workers.htcondor);
+one whose startd died without a word keeps them in the collector until its housekeeping drops
+them (minutes), so slot ads the collector has not heard from for `stale_after` seconds (several
+of the workers' 2 s update intervals) count as gone.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from berth.elastic.model import (
 
 IDLE, RUNNING, HELD = 1, 2, 5
 JOB_ATTRS = ["JobStatus", "RequestCpus", "AcctGroup"]
-SLOT_ATTRS = ["BerthVm", "BerthGroup", "State", "Cpus", "SlotType", "ChildState"]
+SLOT_ATTRS = ["BerthVm", "BerthGroup", "State", "Cpus", "SlotType", "ChildState", "LastHeardFrom"]
+STALE_AFTER = 20.0  # seconds without an update after which a worker's slot ad counts as gone
 
 
 def bindings() -> Any:
@@ -60,6 +64,13 @@ def group_demand(
     return GroupDemand(group, startable, len(running), held + len(idle) - startable)
 
 
+def fresh_slots(
+    slots: list[dict[str, Any]], now: float, stale_after: float
+) -> list[dict[str, Any]]:
+    """The slot ads the collector heard from within `stale_after` seconds of `now`."""
+    return [s for s in slots if now - float(s.get("LastHeardFrom", now)) <= stale_after]
+
+
 def _cpus(ad: Mapping[str, Any]) -> float:
     value = ad.get("RequestCpus", 1)
     return float(value) if isinstance(value, int | float) else 1.0
@@ -68,12 +79,19 @@ def _cpus(ad: Mapping[str, Any]) -> float:
 class HTCondorWatcher:
     """`QueueWatcher` over one pool, reached through its collector (`host:port`)."""
 
-    def __init__(self, collector: str, groups: Mapping[str, QueueSelector]) -> None:
+    def __init__(
+        self,
+        collector: str,
+        groups: Mapping[str, QueueSelector],
+        *,
+        stale_after: float = STALE_AFTER,
+    ) -> None:
         for name, sel in groups.items():
             if not sel.accounting_group:
                 raise ValueError(f"groups.{name}.accounting_group: required for HTCondor")
         self.collector = collector
         self.groups = dict(groups)
+        self.stale_after = stale_after
         self._htcondor = bindings()
 
     def snapshot(self) -> QueueSnapshot:
@@ -92,7 +110,9 @@ class HTCondorWatcher:
             quota = quotas.get(str(sel.accounting_group))
             demand[name] = group_demand(name, jobs, quota)
         slots = coll.query(htc.AdTypes.Startd, "BerthVm isnt undefined", projection=SLOT_ATTRS)
-        return QueueSnapshot(time.time(), demand, self._workers([dict(s) for s in slots]))
+        now = time.time()
+        fresh = fresh_slots([dict(s) for s in slots], now, self.stale_after)
+        return QueueSnapshot(now, demand, self._workers(fresh))
 
     def _quotas(self, coll: Any) -> dict[str, float]:
         htc = self._htcondor
