@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from berth.elastic.model import (
@@ -62,6 +62,16 @@ def group_demand(
         room -= _cpus(job)
         startable += 1
     return GroupDemand(group, startable, len(running), held + len(idle) - startable)
+
+
+def config_quotas(records: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """Accounting group -> configured quota (cores), from the negotiator's priority records;
+    groups without a quota (0, and the `<none>` group) are left out."""
+    found: dict[str, float] = {}
+    for rec in records:
+        if rec.get("IsAccountingGroup") and (rec.get("ConfigQuota") or 0) > 0:
+            found[str(rec["Name"])] = float(rec["ConfigQuota"])
+    return found
 
 
 def fresh_slots(
@@ -117,11 +127,7 @@ class HTCondorWatcher:
     def _quotas(self, coll: Any) -> dict[str, float]:
         htc = self._htcondor
         ad = coll.locate(htc.DaemonType.Negotiator)
-        found: dict[str, float] = {}
-        for rec in htc.Negotiator(ad).getPriorities(True):
-            if rec.get("IsAccountingGroup") and rec.get("ConfigQuota", 0) > 0:
-                found[str(rec["Name"])] = float(rec["ConfigQuota"])
-        return found
+        return config_quotas(htc.Negotiator(ad).getPriorities(True))
 
     def _workers(self, slots: list[dict[str, Any]]) -> dict[str, WorkerStatus]:
         by_batch = {sel.accounting_group: name for name, sel in self.groups.items()}
