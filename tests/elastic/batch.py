@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,6 +195,46 @@ class HTCondorPool:
         shutil.rmtree(self.root / self.jobs_dir.lstrip("/"), ignore_errors=True)
 
 
+def private_name(kind: str) -> str:
+    """A name for a session's private cluster or pool: `<kind>-<pid>-<random>`."""
+    return f"{kind}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def _owner_gone(name: str, kind: str) -> bool:
+    parts = name.split("-")
+    if len(parts) != 3 or parts[0] != kind or not parts[1].isdigit():
+        return False
+    try:
+        os.kill(int(parts[1]), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def sweep_stale(chroot: Path | None = None) -> list[str]:
+    """Tear down private clusters and pools whose test session died without tearing them down
+    (its pid is gone); returns their names."""
+    swept = []
+    for home in _temp_dir().glob("berth-slurm-*"):
+        name = home.name.removeprefix("berth-")
+        if _owner_gone(name, "slurm"):
+            _script("ensure-slurm.sh", "down", {"BERTH_BATCH_HOME": str(home)})
+            shutil.rmtree(home, ignore_errors=True)
+            swept.append(name)
+    pools = chroot / "var/lib/berth-pools" if chroot else None
+    for pool in sorted(pools.iterdir()) if pools and pools.is_dir() else []:
+        if _owner_gone(pool.name, "htc"):
+            _script("ensure-htcondor.sh", "destroy", {"BERTH_HTCONDOR_POOL": pool.name})
+            swept.append(pool.name)
+    return swept
+
+
+def _temp_dir() -> Path:
+    return Path(os.environ.get("TMPDIR", "/tmp"))
+
+
 def up_slurm(private: str | None = None) -> SlurmCluster:
     """The shared cluster, or with `private` (a name) a cluster of its own: a state dir under
     the system's temp dir and free ports, 2 one-CPU and 2 two-CPU worker slots."""
@@ -201,7 +242,7 @@ def up_slurm(private: str | None = None) -> SlurmCluster:
     if private:
         base = free_ports(6)
         script_env = {
-            "BERTH_BATCH_HOME": str(Path(os.environ.get("TMPDIR", "/tmp")) / f"berth-{private}"),
+            "BERTH_BATCH_HOME": str(_temp_dir() / f"berth-{private}"),
             "BERTH_SLURMCTLD_PORT": str(base),
             "BERTH_SLURMD_PORT": str(base + 1),
             "BERTH_SLURM_SLOT_PORT": str(base + 2),

@@ -1,29 +1,31 @@
 """Session fixtures: a private Slurm cluster and HTCondor pool, started once per test session.
 
-Each session (each xdist worker) gets its own, named after it, with its own ports and state:
-another test run on the machine — or the shared pool a demo uses — never sees its jobs or
-workers. Both are torn down (daemons stopped, files removed) when the session ends.
+Each session (each xdist worker) gets its own, named after its pid, with its own ports and
+state: another test run on the machine — or the shared pool a demo uses — never sees its jobs
+or workers. Both are torn down (daemons stopped, files removed) when the session ends; those of
+a session that died first are swept when the next one starts.
 """
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from tests.elastic.batch import HTCondorPool, SlurmCluster, up_htcondor, up_slurm
-
-
-def _private_name(kind: str) -> str:
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    return f"{kind}-{worker}-{uuid.uuid4().hex[:8]}"
+from tests.elastic.batch import (
+    HTCondorPool,
+    SlurmCluster,
+    private_name,
+    sweep_stale,
+    up_htcondor,
+    up_slurm,
+)
 
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[SlurmCluster]:
-    cluster = up_slurm(_private_name("slurm"))
+    sweep_stale()
+    cluster = up_slurm(private_name("slurm"))
     try:
         yield cluster
     finally:
@@ -32,7 +34,8 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
 
 @pytest.fixture(scope="session")
 def htcondor_pool() -> Iterator[HTCondorPool]:
-    pool = up_htcondor(_private_name("htc"))
+    pool = up_htcondor(private_name("htc"))
+    sweep_stale(pool.root)
     try:
         yield pool
     finally:

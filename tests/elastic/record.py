@@ -13,14 +13,20 @@ import json
 import os
 import signal
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 from berth.elastic.model import BatchSystem, QueueSelector
 from berth.elastic.procs import read_pid
 from berth.elastic.watchers.htcondor import JOB_ATTRS, SLOT_ATTRS, bindings
-from tests.elastic.batch import HTCondorPool, SlurmCluster, up_htcondor, up_slurm, wait_until
+from tests.elastic.batch import (
+    HTCondorPool,
+    SlurmCluster,
+    private_name,
+    up_htcondor,
+    up_slurm,
+    wait_until,
+)
 
 OUT = Path(__file__).resolve().parent / "recorded"
 SCENARIO = {
@@ -135,13 +141,12 @@ def _vms(pool: HTCondorPool) -> set[str]:
 
 def main() -> None:
     OUT.mkdir(exist_ok=True)
-    tag = uuid.uuid4().hex[:8]
-    cluster = up_slurm(f"rec-{tag}")
+    cluster = up_slurm(private_name("slurm"))
     try:
         record_slurm(cluster)
     finally:
         cluster.down()
-    pool = up_htcondor(f"rec-{tag}")
+    pool = up_htcondor(private_name("htc"))
     try:
         record_htcondor(pool)
     finally:
