@@ -30,10 +30,14 @@ STOP_GRACE = 15.0  # seconds a startd gets to shut down (and withdraw its ads) b
 SUBDIRS = ("log", "execute", "lock", "spool", "run", "run/condor")
 
 
-def worker_config(vm: str, group: str, cpus: int, workers_dir: str = WORKERS_DIR) -> str:
-    """The startd's own settings, read after the pool's (LOCAL_CONFIG_FILE)."""
+def worker_config(
+    vm: str, group: str, cpus: int, workers_dir: str = WORKERS_DIR, collector: str | None = None
+) -> str:
+    """The startd's own settings, read after the pool's (LOCAL_CONFIG_FILE); `collector`, when
+    given, overrides the pool configuration's COLLECTOR_HOST."""
+    reports_to = f"COLLECTOR_HOST = {collector}\n" if collector else ""
     return f"""# Written by berth.elastic.workers.htcondor for VM {vm}.
-LOCAL_DIR = {workers_dir}/{vm}
+{reports_to}LOCAL_DIR = {workers_dir}/{vm}
 LOG = $(LOCAL_DIR)/log
 EXECUTE = $(LOCAL_DIR)/execute
 LOCK = $(LOCAL_DIR)/lock
@@ -56,9 +60,10 @@ UPDATE_INTERVAL = 2
 class HTCondorWorkers:
     """`BatchWorker` for HTCondor; `root` is the pool's file system ("/" when not chrooted).
 
-    `config` is the pool's configuration file and `workers_dir` where the workers' local dirs
-    go, both as the pool's daemons see them (a private pool of scripts/ensure-htcondor.sh names
-    its own; the defaults are the shared pool's).
+    The startd reports to `collector` whatever the pool's configuration says. `config` is the
+    pool's configuration file and `workers_dir` where the workers' local dirs go, both as the
+    pool's daemons see them (a private pool of scripts/ensure-htcondor.sh names its own; the
+    defaults are the shared pool's, which also work for a private pool's workers).
     """
 
     system = BatchSystem.HTCONDOR
@@ -83,7 +88,7 @@ class HTCondorWorkers:
 
     def _write(self, vm: str, group: str, cpus: int) -> None:
         path = self._dir(vm) / "worker.conf"
-        path.write_text(worker_config(vm, group, cpus, self.workers_dir))
+        path.write_text(worker_config(vm, group, cpus, self.workers_dir, self.collector))
 
     def _cpus(self, vm: str) -> int:
         for line in (self._dir(vm) / "worker.conf").read_text().splitlines():
