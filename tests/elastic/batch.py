@@ -63,12 +63,20 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def wait_until(check: Callable[[], bool], timeout: float, what: str, step: float = 0.2) -> float:
-    """Poll `check` until true; return the seconds it took, fail naming `what` on timeout."""
+def wait_until(
+    check: Callable[[], bool],
+    timeout: float,
+    what: str,
+    step: float = 0.2,
+    detail: Callable[[], object] | None = None,
+) -> float:
+    """Poll `check` until true; return the seconds it took, fail naming `what` (and `detail()`,
+    what the system showed then) on timeout."""
     start = time.monotonic()
     while not check():
         if time.monotonic() - start > timeout:
-            raise AssertionError(f"not within {timeout} s: {what}")
+            shown = f"; saw {detail()!r}" if detail else ""
+            raise AssertionError(f"not within {timeout} s: {what}{shown}")
         time.sleep(step)
     return time.monotonic() - start
 

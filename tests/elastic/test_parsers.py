@@ -157,6 +157,13 @@ def test_htcondor_slot_ads_to_workers() -> None:
     assert (workers["rec-juno"].group, workers["rec-juno"].running_jobs) == ("juno", 1)
     assert workers["rec-juno"].slots == 2
     assert (workers["rec-none"].group, workers["rec-none"].slots) == (DRAIN_GROUP, 1)
+    # A dynamic slot whose invalidation the collector missed outlives its claim: the parent's
+    # ChildState, not the orphan, says what runs.
+    parent = next(s for s in slots if s["BerthVm"] == "rec-juno" and s.get("ChildState"))
+    done = [s for s in slots if s is not parent] + [{**parent, "ChildState": []}]
+    assert (
+        HTCondorWatcher("unused:0", htcondor_groups())._workers(done)["rec-juno"].running_jobs == 0
+    )
 
 
 def test_htcondor_stale_slot_ads_are_dropped() -> None:

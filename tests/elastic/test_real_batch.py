@@ -64,11 +64,20 @@ def test_htcondor_watcher_and_worker(htcondor_pool: HTCondorPool) -> None:
         assert watcher.snapshot().workers[vm].slots == 2
         print(f"htcondor worker in collector after {seen:.1f} s")
         workers.join(vm, groups["juno"])
-        wait_until(lambda: vm in pool.outputs(), 40, "a juno job ran on the VM")
+        wait_until(
+            lambda: vm in pool.outputs(), 40, "a juno job ran on the VM",
+            detail=lambda: collector_ads(pool, vm),
+        )  # fmt: skip
         assert watcher.snapshot().workers[vm].group == "juno"
         assert watcher.snapshot().groups["besiii"].running_jobs == 0  # no besiii worker
         workers.leave(vm)
-        wait_until(lambda: workers.running_jobs(vm) == 0, 30, "drained worker empties")
+        wait_until(
+            lambda: workers.running_jobs(vm) == 0,
+            30,
+            "drained worker empties",
+            detail=lambda: (collector_ads(pool, vm), pool.chroot("condor_q", "-all", "-af",
+                            "ClusterId", "ProcId", "JobStatus", "RemoteHost")),
+        )  # fmt: skip
         wait_until(lambda: watcher.snapshot().workers[vm].group == DRAIN_GROUP, 10, "G_none")
         done = len(pool.outputs())
         time.sleep(6)  # three negotiation cycles: a drained worker starts nothing

@@ -74,6 +74,16 @@ def config_quotas(records: Iterable[Mapping[str, Any]]) -> dict[str, float]:
     return found
 
 
+def claims(slot: Mapping[str, Any]) -> int:
+    """Jobs a static or partitionable slot runs: a partitionable slot's `ChildState` lists its
+    dynamic slots' states, refreshed with every update of its own ad (a dynamic slot's ad may
+    outlive it in the collector when its invalidation is lost)."""
+    if slot.get("SlotType") == "Partitionable":
+        children = slot.get("ChildState") or []
+        return sum(1 for state in children if state == "Claimed")
+    return 1 if slot.get("State") == "Claimed" else 0
+
+
 def fresh_slots(
     slots: list[dict[str, Any]], now: float, stale_after: float
 ) -> list[dict[str, Any]]:
@@ -136,10 +146,8 @@ class HTCondorWatcher:
             vm = str(slot["BerthVm"])
             served = str(slot.get("BerthGroup", DRAIN_GROUP))
             group = DRAIN_GROUP if served == DRAIN_GROUP else by_batch.get(served, served)
-            dynamic = slot.get("SlotType") == "Dynamic"
-            busy = 1 if slot.get("State") == "Claimed" else 0
+            if slot.get("SlotType") == "Dynamic":
+                continue  # counted through its partitionable slot's ChildState
             old = found.get(vm, WorkerStatus(vm, group, 0, 0))
-            found[vm] = WorkerStatus(
-                vm, group, old.running_jobs + busy, old.slots + (0 if dynamic else 1)
-            )
+            found[vm] = WorkerStatus(vm, group, old.running_jobs + claims(slot), old.slots + 1)
         return found

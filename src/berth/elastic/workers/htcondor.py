@@ -22,7 +22,7 @@ from pathlib import Path
 
 from berth.elastic.model import DRAIN_GROUP, BatchSystem, QueueSelector
 from berth.elastic.procs import BatchCommandError, kill_group, read_pid, run, stop_pid
-from berth.elastic.watchers.htcondor import bindings
+from berth.elastic.watchers.htcondor import bindings, claims
 
 WORKERS_DIR = "/var/lib/berth-workers"
 POOL_CONFIG = "/etc/condor/condor_config"
@@ -144,9 +144,11 @@ class HTCondorWorkers:
     def running_jobs(self, vm: str) -> int:
         htc = bindings()
         ads = htc.Collector(self.collector).query(
-            htc.AdTypes.Startd, f'BerthVm == "{vm}" && State == "Claimed"', projection=["Name"]
+            htc.AdTypes.Startd,
+            f'BerthVm == "{vm}" && SlotType =!= "Dynamic"',
+            projection=["SlotType", "State", "ChildState"],
         )
-        return len(ads)
+        return sum(claims(dict(ad)) for ad in ads)
 
     def stop(self, vm: str) -> None:
         """SIGTERM (a startd shutting down withdraws its ads), SIGKILL after `STOP_GRACE`, then
