@@ -53,10 +53,12 @@ postgres:
 	scripts/ensure-postgres.sh
 
 # The elastic tests' batch systems: Slurm (Debian packages) and HTCondor (a Debian 13 chroot,
-# built once under ~/.cache/berth-batch); both scripts install what is missing and are idempotent.
+# built once under ~/.cache/berth-batch), installed when missing; the tests start private
+# instances of their own (tests/elastic/conftest.py). `scripts/ensure-*.sh up` starts the shared
+# ones for demos.
 batch:
-	scripts/ensure-slurm.sh up
-	scripts/ensure-htcondor.sh up
+	scripts/ensure-slurm.sh install
+	scripts/ensure-htcondor.sh install
 
 bench: $(RUN_STAMP)
 	$(BIN)/python benchmarks/bench_core.py

@@ -16,6 +16,7 @@ within 90 s).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -152,7 +153,8 @@ class HTCondorWorkers:
 
     def stop(self, vm: str) -> None:
         """SIGTERM (a startd shutting down withdraws its ads), SIGKILL after `STOP_GRACE`, then
-        withdraw whatever ads of the VM the collector still holds (a killed startd's)."""
+        withdraw whatever ads of the VM the collector still holds (a killed startd's) and remove
+        the worker's directory."""
         pidfile = self._dir(vm) / "startd.pid"
         pid = read_pid(pidfile)
         if pid is not None:
@@ -162,6 +164,7 @@ class HTCondorWorkers:
             kill_group(leader)
         pidfile.unlink(missing_ok=True)
         self.invalidate(vm)
+        shutil.rmtree(self._dir(vm), ignore_errors=True)  # the VM's disk goes with it
 
     def invalidate(self, vm: str) -> None:
         """Remove the VM's startd ads from the collector: `condor_advertise
