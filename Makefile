@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint typecheck unit quick postgres bench clean
+.PHONY: run test lint typecheck unit quick postgres batch bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +25,7 @@ $(DEV_STAMP): $(RUN_STAMP)
 run: $(RUN_STAMP)
 	$(BIN)/berth serve --load-demo --simulate-agents --print-admin-token
 
-test: $(DEV_STAMP) lint typecheck postgres unit
+test: $(DEV_STAMP) lint typecheck postgres batch unit
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check src tests benchmarks
@@ -41,7 +41,7 @@ typecheck: $(DEV_STAMP)
 TEST_WORKERS ?= auto
 PYTEST := $(BIN)/pytest -q -n $(TEST_WORKERS) --maxschedchunk 1
 
-unit: $(DEV_STAMP) postgres
+unit: $(DEV_STAMP) postgres batch
 	$(PYTEST)
 
 # The quick loop while developing: every test but the slow end-to-end ones (`make test` runs all).
@@ -51,6 +51,14 @@ quick: $(DEV_STAMP) postgres
 # The store and service tests need PostgreSQL: use a running server, else start or install one.
 postgres:
 	scripts/ensure-postgres.sh
+
+# The elastic tests' batch systems: Slurm (Debian packages) and HTCondor (a Debian 13 chroot,
+# built once under ~/.cache/berth-batch), installed when missing; the tests start private
+# instances of their own (tests/elastic/conftest.py). `scripts/ensure-*.sh up` starts the shared
+# ones for demos.
+batch:
+	scripts/ensure-slurm.sh install
+	scripts/ensure-htcondor.sh install
 
 bench: $(RUN_STAMP)
 	$(BIN)/python benchmarks/bench_core.py

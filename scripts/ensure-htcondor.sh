@@ -10,6 +10,12 @@
 # bindings on the host reach them. Accounting groups and their quotas come from
 # BERTH_HTCONDOR_GROUPS ("name=quota,name=quota", default "group_besiii=1,group_juno=1").
 #
+# Private pools (BERTH_HTCONDOR_POOL=<name>, BERTH_HTCONDOR_PORT=<port>): the same chroot, but
+# the pool's own configuration, logs, spool, locks and workers under /var/lib/berth-pools/<name>
+# in it, its own port, and config.d left unread, so a test session has a pool no other session's
+# workers or jobs touch; `destroy` stops such a pool and its workers and removes its files.
+# Without BERTH_HTCONDOR_POOL the script runs the one shared pool (/etc/condor in the chroot).
+#
 # Jobs are submitted as the non-root user BERTH_HTCONDOR_USER (default berthjob), which exists
 # with the same uid on the host and in the chroot (the schedd refuses jobs owned by root).
 # Idempotent: `up` reuses a pool that already answers, `down` stops only what its pid file names.
@@ -17,8 +23,20 @@ set -euo pipefail
 
 HOME_DIR=${BERTH_BATCH_HOME:-$HOME/.cache/berth-batch}/htcondor
 ROOT=$HOME_DIR/root
-RUN=$HOME_DIR/run
-PORT=9618
+POOL=${BERTH_HTCONDOR_POOL:-}
+PORT=${BERTH_HTCONDOR_PORT:-9618}
+if [ -n "$POOL" ]; then
+  case $POOL in *[!A-Za-z0-9_-]*) echo "ensure-htcondor: bad pool name '$POOL'" >&2; exit 2 ;; esac
+  POOL_DIR=/var/lib/berth-pools/$POOL # inside the chroot
+  CONFIG=$POOL_DIR/condor_config
+  WORKERS=$POOL_DIR/workers
+  RUN=$HOME_DIR/pools/$POOL
+else
+  POOL_DIR=
+  CONFIG=/etc/condor/condor_config
+  WORKERS=/var/lib/berth-workers
+  RUN=$HOME_DIR/run
+fi
 SUITE=trixie
 MIRROR=${BERTH_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 CONDOR_VERSION=23.9.6
@@ -100,11 +118,8 @@ group_config() {
   echo "GROUP_NAMES = $names"
 }
 
-write_config() {
-  mkdir -p "$ROOT/etc/condor/config.d"
-  {
-    cat <<EOF
-# Written by scripts/ensure-htcondor.sh: a personal pool without a startd of its own.
+pool_settings() {
+  cat <<EOF
 use ROLE : Personal
 DAEMON_LIST = MASTER, COLLECTOR, NEGOTIATOR, SCHEDD
 CONDOR_HOST = 127.0.0.1
@@ -126,14 +141,42 @@ NEGOTIATOR_CYCLE_DELAY = 1
 SCHEDD_INTERVAL = 2
 SCHEDD_MIN_INTERVAL = 1
 UPDATE_INTERVAL = 2
-# A worker that dies without saying goodbye leaves the collector within seconds.
-CLASSAD_LIFETIME = 8
 MOUNT_UNDER_SCRATCH =
 GROUP_ACCEPT_SURPLUS = False
 GROUP_AUTOREGROUP = False
 EOF
-    group_config
-  } >"$ROOT/etc/condor/config.d/99-berth.conf"
+  group_config
+}
+
+write_config() {
+  if [ -z "$POOL" ]; then
+    mkdir -p "$ROOT/etc/condor/config.d"
+    {
+      echo "# Written by scripts/ensure-htcondor.sh: a personal pool without a startd of its own."
+      pool_settings
+    } >"$ROOT/etc/condor/config.d/99-berth.conf"
+    return 0
+  fi
+  mkdir -p "$ROOT$POOL_DIR"
+  {
+    cat <<EOF
+# Written by scripts/ensure-htcondor.sh: private pool $POOL (its own dirs and port; the
+# shared pool's config.d is not read).
+include : /etc/condor/condor_config
+use security:recommended_v9_0
+LOCAL_CONFIG_DIR =
+LOCAL_CONFIG_FILE =
+LOCAL_DIR = $POOL_DIR
+RUN = \$(LOCAL_DIR)/run
+LOG = \$(LOCAL_DIR)/log
+LOCK = \$(LOCAL_DIR)/lock
+SPOOL = \$(LOCAL_DIR)/spool
+EXECUTE = \$(LOCAL_DIR)/execute
+CRED_STORE_DIR = \$(LOCAL_DIR)/cred_dir
+PROCD_ADDRESS = \$(RUN)/procd_pipe
+EOF
+    pool_settings
+  } >"$ROOT$CONFIG"
 }
 
 master_pid() {
@@ -142,9 +185,19 @@ master_pid() {
   kill -0 "$pid" 2>/dev/null && echo "$pid"
 }
 
+in_chroot() { chroot "$ROOT" env CONDOR_CONFIG="$CONFIG" "$@"; }
+
 pool_answers() {
-  chroot "$ROOT" condor_status -schedd -af Name >/dev/null 2>&1 &&
-    [ -n "$(chroot "$ROOT" condor_status -negotiator -af Name 2>/dev/null)" ]
+  in_chroot condor_status -schedd -af Name >/dev/null 2>&1 &&
+    [ -n "$(in_chroot condor_status -negotiator -af Name 2>/dev/null)" ]
+}
+
+wait_answers() {
+  for _ in $(seq 1 150); do
+    pool_answers && return 0
+    sleep 0.1
+  done
+  return 1
 }
 
 up() {
@@ -152,29 +205,30 @@ up() {
   need_root "starting the pool"
   mkdir -p "$RUN"
   write_config
-  if master_pid >/dev/null && pool_answers; then
-    say "pool already up on 127.0.0.1:$PORT"
-    return 0
+  if master_pid >/dev/null; then
+    wait_answers && { say "pool already up on 127.0.0.1:$PORT"; return 0; }
+    say "condor_master runs but the pool does not answer; see the logs under $ROOT"
+    exit 1
   fi
-  if listening && ! master_pid >/dev/null; then
+  if listening; then
     say "127.0.0.1:$PORT is taken by something this script did not start"
     exit 1
   fi
   ensure_user
   mount_proc "$ROOT"
-  for dir in /run/condor /var/lock/condor /var/log/condor /var/lib/condor/spool \
-    /var/lib/condor/execute; do
+  local dirs=(/run/condor /var/lock/condor /var/log/condor /var/lib/condor/spool
+    /var/lib/condor/execute)
+  [ -n "$POOL" ] && dirs=("$POOL_DIR"/{run,log,lock,spool,execute,cred_dir} "$WORKERS")
+  for dir in "${dirs[@]}"; do
     # Inside the chroot: its /var/lock is a symlink to /run/lock, which must resolve there.
     chroot "$ROOT" mkdir -p "$dir"
     chroot "$ROOT" chown condor:condor "$dir"
   done
-  chroot "$ROOT" condor_master -f >"$RUN/master.out" 2>&1 9>&- &
+  # A simple command (not a function), so that $! is condor_master's pid (chroot and env exec).
+  chroot "$ROOT" env CONDOR_CONFIG="$CONFIG" condor_master -f >"$RUN/master.out" 2>&1 9>&- &
   echo $! >"$RUN/master.pid"
-  for _ in $(seq 1 150); do
-    pool_answers && { say "pool up on 127.0.0.1:$PORT"; return 0; }
-    sleep 0.1
-  done
-  say "the pool did not answer in 15 s; see $ROOT/var/log/condor"
+  wait_answers && { say "pool up on 127.0.0.1:$PORT"; return 0; }
+  say "the pool did not answer in 15 s; see the logs under $ROOT"
   exit 1
 }
 
@@ -192,6 +246,20 @@ down() {
   rm -f "$RUN/master.pid"
 }
 
+destroy() {
+  # A private pool only: its workers (startds Berth started in it), its daemons, its files.
+  [ -n "$POOL" ] || { say "destroy: only a private pool (BERTH_HTCONDOR_POOL)"; exit 2; }
+  local file pid
+  for file in "$ROOT$WORKERS"/*/startd.pid; do
+    [ -e "$file" ] || continue
+    pid=$(cat "$file" 2>/dev/null) || continue
+    # Each startd leads its own session: its procd and starters go with it.
+    [ -n "$pid" ] && { kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null; } || true
+  done
+  down
+  rm -rf "${ROOT:?}$POOL_DIR" "$RUN"
+}
+
 print_env() {
   # What a client needs, as shell assignments (the fixture reads them).
   echo "BERTH_HTCONDOR_ROOT=$ROOT"
@@ -199,6 +267,8 @@ print_env() {
   echo "BERTH_HTCONDOR_USER=$SUBMIT_USER"
   echo "BERTH_HTCONDOR_UID=$(id -u "$SUBMIT_USER")"
   echo "BERTH_HTCONDOR_GROUPS=$GROUPS_SPEC"
+  echo "BERTH_HTCONDOR_CONFIG=$CONFIG"
+  echo "BERTH_HTCONDOR_WORKERS=$WORKERS"
 }
 
 # One `up` or `down` at a time (parallel test workers all call `up`).
@@ -210,7 +280,8 @@ case "${1:-up}" in
   install) install_chroot ;;
   up) up ;;
   down) down ;;
+  destroy) destroy ;;
   status) master_pid >/dev/null && pool_answers && echo up || { echo down; exit 1; } ;;
   env) print_env ;;
-  *) say "usage: $0 [install|up|down|status|env]"; exit 2 ;;
+  *) say "usage: $0 [install|up|down|destroy|status|env]"; exit 2 ;;
 esac

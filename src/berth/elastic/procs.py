@@ -1,4 +1,4 @@
-"""Running the batch systems' commands and stopping their daemons (the watchers' and workers' I/O)."""
+"""Running the batch systems' commands and stopping their daemons (watchers' and workers' I/O)."""
 
 from __future__ import annotations
 
@@ -65,6 +65,15 @@ def stop_pid(pid: int, *, grace: float = 10.0) -> None:
         return
     while not _reaped(pid) and alive(pid):
         time.sleep(0.05)
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL what is left of process group `pgid` (a stopped daemon's helpers); no error if
+    none is."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return
 
 
 def _reaped(pid: int) -> bool:

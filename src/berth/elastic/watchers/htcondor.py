@@ -5,14 +5,17 @@ extra `requirements` if any). An idle job is demand only within its group's batc
 negotiator's `ConfigQuota` (cores) minus the cores the group runs now; the idle jobs beyond it,
 and held jobs (JobStatus 5), are `held_jobs`. A group without a configured quota has no limit.
 Workers are the startds Berth started (`BerthVm` in their slot ads, `BerthGroup` the accounting
-group they serve); a worker whose startd died leaves the collector and the snapshot.
+group they serve). A worker stopped by Berth withdraws its ads (berth.elastic.workers.htcondor);
+one whose startd died without a word keeps them in the collector until its housekeeping drops
+them (minutes), so slot ads the collector has not heard from for `stale_after` seconds (several
+of the workers' 2 s update intervals) count as gone.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from berth.elastic.model import (
@@ -25,14 +28,20 @@ from berth.elastic.model import (
 
 IDLE, RUNNING, HELD = 1, 2, 5
 JOB_ATTRS = ["JobStatus", "RequestCpus", "AcctGroup"]
-SLOT_ATTRS = ["BerthVm", "BerthGroup", "State", "Cpus", "SlotType", "ChildState"]
+SLOT_ATTRS = ["BerthVm", "BerthGroup", "State", "Cpus", "SlotType", "ChildState", "LastHeardFrom"]
+STALE_AFTER = 20.0  # seconds without an update after which a worker's slot ad counts as gone
 
 
 def bindings() -> Any:
     """`htcondor2`, imported on first use (and told not to look for a local condor_config)."""
-    os.environ.setdefault("CONDOR_CONFIG", "/dev/null")
-    import htcondor2
-
+    unset = "CONDOR_CONFIG" not in os.environ
+    if unset:  # only while importing: child processes keep finding their own configuration
+        os.environ["CONDOR_CONFIG"] = "/dev/null"
+    try:
+        import htcondor2
+    finally:
+        if unset:
+            os.environ.pop("CONDOR_CONFIG", None)
     return htcondor2
 
 
@@ -55,6 +64,33 @@ def group_demand(
     return GroupDemand(group, startable, len(running), held + len(idle) - startable)
 
 
+def config_quotas(records: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """Accounting group -> configured quota (cores), from the negotiator's priority records;
+    groups without a quota (0, and the `<none>` group) are left out."""
+    found: dict[str, float] = {}
+    for rec in records:
+        if rec.get("IsAccountingGroup") and (rec.get("ConfigQuota") or 0) > 0:
+            found[str(rec["Name"])] = float(rec["ConfigQuota"])
+    return found
+
+
+def claims(slot: Mapping[str, Any]) -> int:
+    """Jobs a static or partitionable slot runs: a partitionable slot's `ChildState` lists its
+    dynamic slots' states, refreshed with every update of its own ad (a dynamic slot's ad may
+    outlive it in the collector when its invalidation is lost)."""
+    if slot.get("SlotType") == "Partitionable":
+        children = slot.get("ChildState") or []
+        return sum(1 for state in children if state == "Claimed")
+    return 1 if slot.get("State") == "Claimed" else 0
+
+
+def fresh_slots(
+    slots: list[dict[str, Any]], now: float, stale_after: float
+) -> list[dict[str, Any]]:
+    """The slot ads the collector heard from within `stale_after` seconds of `now`."""
+    return [s for s in slots if now - float(s.get("LastHeardFrom", now)) <= stale_after]
+
+
 def _cpus(ad: Mapping[str, Any]) -> float:
     value = ad.get("RequestCpus", 1)
     return float(value) if isinstance(value, int | float) else 1.0
@@ -63,12 +99,19 @@ def _cpus(ad: Mapping[str, Any]) -> float:
 class HTCondorWatcher:
     """`QueueWatcher` over one pool, reached through its collector (`host:port`)."""
 
-    def __init__(self, collector: str, groups: Mapping[str, QueueSelector]) -> None:
+    def __init__(
+        self,
+        collector: str,
+        groups: Mapping[str, QueueSelector],
+        *,
+        stale_after: float = STALE_AFTER,
+    ) -> None:
         for name, sel in groups.items():
             if not sel.accounting_group:
                 raise ValueError(f"groups.{name}.accounting_group: required for HTCondor")
         self.collector = collector
         self.groups = dict(groups)
+        self.stale_after = stale_after
         self._htcondor = bindings()
 
     def snapshot(self) -> QueueSnapshot:
@@ -87,16 +130,14 @@ class HTCondorWatcher:
             quota = quotas.get(str(sel.accounting_group))
             demand[name] = group_demand(name, jobs, quota)
         slots = coll.query(htc.AdTypes.Startd, "BerthVm isnt undefined", projection=SLOT_ATTRS)
-        return QueueSnapshot(time.time(), demand, self._workers([dict(s) for s in slots]))
+        now = time.time()
+        fresh = fresh_slots([dict(s) for s in slots], now, self.stale_after)
+        return QueueSnapshot(now, demand, self._workers(fresh))
 
     def _quotas(self, coll: Any) -> dict[str, float]:
         htc = self._htcondor
         ad = coll.locate(htc.DaemonType.Negotiator)
-        found: dict[str, float] = {}
-        for rec in htc.Negotiator(ad).getPriorities(True):
-            if rec.get("IsAccountingGroup") and rec.get("ConfigQuota", 0) > 0:
-                found[str(rec["Name"])] = float(rec["ConfigQuota"])
-        return found
+        return config_quotas(htc.Negotiator(ad).getPriorities(True))
 
     def _workers(self, slots: list[dict[str, Any]]) -> dict[str, WorkerStatus]:
         by_batch = {sel.accounting_group: name for name, sel in self.groups.items()}
@@ -105,10 +146,8 @@ class HTCondorWatcher:
             vm = str(slot["BerthVm"])
             served = str(slot.get("BerthGroup", DRAIN_GROUP))
             group = DRAIN_GROUP if served == DRAIN_GROUP else by_batch.get(served, served)
-            dynamic = slot.get("SlotType") == "Dynamic"
-            busy = 1 if slot.get("State") == "Claimed" else 0
+            if slot.get("SlotType") == "Dynamic":
+                continue  # counted through its partitionable slot's ChildState
             old = found.get(vm, WorkerStatus(vm, group, 0, 0))
-            found[vm] = WorkerStatus(
-                vm, group, old.running_jobs + busy, old.slots + (0 if dynamic else 1)
-            )
+            found[vm] = WorkerStatus(vm, group, old.running_jobs + claims(slot), old.slots + 1)
         return found

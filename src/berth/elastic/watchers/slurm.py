@@ -99,13 +99,15 @@ class SlurmWatcher:
         }
         return QueueSnapshot(time.time(), demand, self._workers(nodes, jobs))
 
-    def _workers(self, nodes: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> dict[str, Any]:
+    def _workers(
+        self, nodes: list[dict[str, Any]], jobs: list[dict[str, Any]]
+    ) -> dict[str, WorkerStatus]:
         by_partition = {sel.partition: name for name, sel in self.groups.items() if sel.partition}
         running: dict[str, int] = {}
         for job in jobs:
             if job.get("job_state") in ("RUNNING", "COMPLETING", "CONFIGURING"):
-                for node in str(job.get("nodes", "")).split(","):
-                    running[node] = running.get(node, 0) + 1
+                for name in str(job.get("nodes", "")).split(","):
+                    running[name] = running.get(name, 0) + 1
         found: dict[str, WorkerStatus] = {}
         for node in nodes:
             flags = set(node.get("state_flags", []))

@@ -112,8 +112,16 @@ class SlurmWorkers:
 
     def running_jobs(self, vm: str) -> int:
         out = run(
-            ["squeue", "-h", "-w", self.node(vm), "-t", "RUNNING,COMPLETING,CONFIGURING"]
-            + ["-o", "%i"],
+            [
+                "squeue",
+                "-h",
+                "-w",
+                self.node(vm),
+                "-t",
+                "RUNNING,COMPLETING,CONFIGURING",
+                "-o",
+                "%i",
+            ],
             env=self.env,
         )
         return len(out.split())
