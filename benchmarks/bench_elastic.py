@@ -127,8 +127,8 @@ def big_state(
     )
 
 
-def medians(fn: Callable[[], Any], runs: int = 9) -> tuple[float, float]:
-    """Median wall and CPU milliseconds of `runs` calls (after one warm-up call)."""
+def medians(fn: Callable[[], Any], runs: int = 15) -> tuple[float, float, float]:
+    """Median wall, median CPU and least wall milliseconds of `runs` calls (after a warm-up)."""
     fn()
     wall, cpu = [], []
     for _ in range(runs):
@@ -136,7 +136,7 @@ def medians(fn: Callable[[], Any], runs: int = 9) -> tuple[float, float]:
         fn()
         wall.append(time.perf_counter() - w0)
         cpu.append(time.process_time() - c0)
-    return statistics.median(wall) * 1e3, statistics.median(cpu) * 1e3
+    return statistics.median(wall) * 1e3, statistics.median(cpu) * 1e3, min(wall) * 1e3
 
 
 def cycle_cost() -> dict[str, Any]:
@@ -206,6 +206,34 @@ def _fmt(values: list[float], digits: int = 0) -> str:
     return f"{med:,.{digits}f} ({min(values):,.{digits}f}–{max(values):,.{digits}f})"
 
 
+def reading(results: dict[str, list[Result]]) -> list[str]:
+    """Berth (first row) against VCondor and the static split, computed from the rows above."""
+    rows = {rs[0].policy: rs for rs in results.values()}
+    berth, vc, static = rows["berth"], rows["vcondor"], rows["static"]
+
+    def med(rs: list[Result], f: Callable[[Result], float]) -> float:
+        return statistics.median(f(r) for r in rs)
+
+    def p95(r: Result) -> float:
+        return r.wait_quantile(0.95)
+
+    def idle(r: Result) -> float:
+        return r.idle_vm_hours
+
+    b95, v95 = med(berth, p95), med(vc, p95)
+    bidle, vidle, sidle = med(berth, idle), med(vc, idle), med(static, idle)
+    off = med(berth, lambda r: r.host_hours_off)
+    wins = sum(1 for b, v in zip(berth, vc, strict=True) if p95(b) < p95(v) and idle(b) < idle(v))
+    return [
+        f"Reading: Berth's controller with the tidal planner against VCondor's rule: job wait "
+        f"p95 {b95:,.0f} s against {v95:,.0f} s ({b95 / v95:.0%}), idle VM-hours {bidle:,.1f} "
+        f"against {vidle:,.1f} ({bidle / vidle:.0%}); both lower on {wins} of {len(berth)} "
+        f"seeds. The tidal planner kept {off:,.0f} of 1,536 host-hours powered off. The static "
+        f"split has the shortest waits and {sidle:,.0f} idle VM-hours "
+        f"({sidle / bidle:,.0f}x Berth's).",
+    ]
+
+
 def plot(results: dict[str, list[Result]], path: Path) -> bool:
     try:
         import matplotlib
@@ -215,19 +243,13 @@ def plot(results: dict[str, list[Result]], path: Path) -> bool:
     except ImportError:
         return False
     fig, axes = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
-    for label, rs in results.items():
+    for rs in results.values():
         tl = np.array(rs[0].timeline)
         hours = (tl[:, 0] - DAY) / 3600.0
-        axes[0].plot(
-            hours,
-            tl[:, 1],
-            label=label.split(" (")[0] + (" " + label.split(")")[-1] if ")" in label else ""),
-            lw=1,
-        )
+        axes[0].plot(hours, tl[:, 1], label=rs[0].policy, lw=1)
         axes[1].plot(hours, tl[:, 3], lw=1)
         axes[2].plot(hours, tl[:, 4], lw=1)
     axes[0].set_ylabel("VMs")
-    axes[0].set_yscale("symlog")
     axes[1].set_ylabel("queued jobs")
     axes[2].set_ylabel("hosts powered off")
     axes[2].set_xlabel("hour of the measured day (first seed)")
@@ -253,17 +275,22 @@ def markdown(
         "",
         "## One control cycle: 100 groups x 100,000 jobs x 10,000 VMs",
         "",
-        "`berth.elastic.controller.decide`, pure, medians of 9 runs (wall clock). Jobs arrive "
+        "`berth.elastic.controller.decide`, pure, 15 runs after a warm-up. Jobs arrive "
         "aggregated per group; the 10,000 VM records become numpy columns (`VmTable`) first. "
         "The CPU time is what the cycle costs when the machine's other workers compete for its "
-        "2 cores (the wall time then includes waiting for a core).",
+        "2 cores (the wall time then includes waiting for a core); the least wall time is the "
+        "nearest this run came to an idle machine.",
         "",
-        "| part | median wall ms | median CPU ms |",
-        "|---|---|---|",
-        f"| whole call from records (columns built inside) | {cost['full'][0]:.1f} | "
-        f"{cost['full'][1]:.1f} |",
-        f"| building the VM columns alone | {cost['build'][0]:.1f} | {cost['build'][1]:.1f} |",
-        f"| decide on prebuilt columns | {cost['decide'][0]:.1f} | {cost['decide'][1]:.1f} |",
+        "| part | median wall ms | median CPU ms | least wall ms |",
+        "|---|---|---|---|",
+        *(
+            f"| {label} | {cost[key][0]:.1f} | {cost[key][1]:.1f} | {cost[key][2]:.1f} |"
+            for key, label in (
+                ("full", "whole call from records (columns built inside)"),
+                ("build", "building the VM columns alone"),
+                ("decide", "decide on prebuilt columns"),
+            )
+        ),
         "",
         "Actions in that cycle: "
         + ", ".join(f"{n:,} {k}" for k, n in sorted(cost["actions"].items()))
@@ -290,6 +317,7 @@ def markdown(
             f"{_fmt([r.boot_vm_hours for r in rs], 1)} | {_fmt([r.boots for r in rs])} | "
             f"{_fmt([r.failed_boots for r in rs])} | {_fmt([r.host_hours_off for r in rs])} |"
         )
+    lines += ["", *reading(results)]
     if plotted:
         lines += ["", "![VMs, queue and hosts off over the measured day](elastic.png)"]
     return "\n".join(lines) + "\n"

@@ -250,6 +250,8 @@ def test_bad_input_names_the_field() -> None:
         ControllerConfig(max_starts=-1)
     with pytest.raises(ValueError, match="listed twice"):
         state(0, [A, A])
+    with pytest.raises(ValueError, match="now"):
+        state(float("nan"), [A])
 
 
 def test_decision_is_json_ready() -> None:
@@ -267,3 +269,29 @@ def test_decision_is_json_ready() -> None:
         "reason": {"code": "boot_deadline", "message": "did not join within the boot deadline"},
     }
     assert data["groups"][0]["notes"][0]["code"] == "group_backoff"
+
+
+def test_advance_history_stamps_moves_counts_failures_and_resets_on_join() -> None:
+    from berth.elastic.history import advance_history
+
+    vms = [vm("v1", "a", VmState.BOOTING, since=0, cluster="c2")]
+    s = state(1000, [A], vms=vms, idle={"a": 4})
+    groups, clusters = advance_history(s, decide(s, CFG))
+    assert groups["a"].boots == FailureHistory(1, 1000)
+    assert clusters["c2"] == FailureHistory(1, 1000)
+    assert groups["a"].last_start is None  # backing off: nothing started
+    later = state(
+        2000,
+        [A],
+        vms=[vm("v2", "a", since=1500, cluster="c2")],
+        idle={"a": 40},
+        history=groups,
+        clusters=clusters,
+    )
+    groups, clusters = advance_history(later, decide(later, CFG))
+    assert groups["a"].boots == FailureHistory()  # v2 joined after the failure
+    assert clusters["c2"] == FailureHistory()
+    assert groups["a"].last_start == 2000
+    idle = state(9000, [A], vms=[vm("v2", "a", since=1500, idle_since=2000)], history=groups)
+    groups, _ = advance_history(idle, decide(idle, CFG))
+    assert groups["a"].last_drain == 9000

@@ -11,6 +11,7 @@ over 10,000 VMs is a handful of array operations rather than a Python loop.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -167,6 +168,8 @@ class ControlState:
     table: VmTable | None = None  # the VMs as columns, when the caller built them already
 
     def __post_init__(self) -> None:
+        if not math.isfinite(self.now):
+            raise ValueError("now: must be a finite number of seconds")
         names = [g.name for g in self.groups]
         if len(set(names)) != len(names):
             raise ValueError("groups: a group name is listed twice")
