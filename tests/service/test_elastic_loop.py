@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 
 from berth.cloud.driver import Server, ServerState
+from berth.elastic.actions import Code, Reap, Reason
 from berth.elastic.model import GroupDemand, QueueSnapshot, VmState
 from berth.elastic.state import ControllerConfig
+from berth.service.elastic import carry
 from berth.service.elastic.hooks import Hook, HookRunner
 from berth.service.elastic.loop import ElasticLoop, LoopConfig
 from tests.service.elastic_env import ElasticEnv, htcondor_group, make_elastic_env
@@ -195,6 +197,25 @@ def test_a_vm_that_never_joins_is_reaped_and_the_group_backs_off(
     assert 'berth_elastic_failed_boots_total{group="juno"} 1.0' in env.client.get("/metrics").text
 
 
+def test_a_reap_decided_on_a_stale_view_does_nothing(env: ElasticEnv, clock: Clock) -> None:
+    """The controller saw a VM booting past its deadline; its join came back meanwhile."""
+    queue = ScriptedQueue(clock)
+    loop = make_loop(env, clock, queue, [])
+    queue.idle["juno"] = 4
+    loop.cycle()
+    (server,) = _servers(env).values()
+    seen = env.store.get_vm(server.name)
+    _beat(env, server)
+    loop.cycle()
+    _answer(env, server, _beat(env, server))
+    reason = Reason(Code.BOOT_DEADLINE, "did not join within the boot deadline")
+    stale = Reap(server.name, "juno", VmState.FAILED, "c1", reason)
+    assert carry.reap(loop.out, stale, seen) is None
+    assert env.store.get_vm(server.name).state is VmState.JOINED
+    assert server.name in _servers(env)  # its server and claim are untouched
+    assert env.store.get_instance(seen.instance_id or "").host == seen.host
+
+
 def test_a_stale_agent_is_lost(env: ElasticEnv, clock: Clock) -> None:
     queue = ScriptedQueue(clock)
     loop = make_loop(env, clock, queue, [])
@@ -256,6 +277,15 @@ def test_a_restart_mid_cycle_loses_no_record_and_boots_no_twin(
     token = servers["juno-pending"].metadata["berth_token"]  # a fresh token for the new boot
     assert env.post("/v1/elastic/vms/juno-pending/heartbeat", {}, token).status_code == 200
     assert orphan_record.token_id != vms["juno-pending"].token_id
+    # a restart between ending a record and deleting its server and claim: both go
+    pending = vms["juno-pending"]
+    env.store.move_vm(pending.name, VmState.LOST, clock.now, "test: ended before its server")
+    assert env.store.get_instance(pending.instance_id or "").business_type == "elastic"
+    third = make_loop(env, clock, queue, [])
+    done = third.reconcile()
+    assert done["orphans"] == [pending.name, pending.name]  # the server, then the claim
+    assert pending.name not in _servers(env)
+    assert all(i.id != pending.instance_id for i in env.store.list_instances())
     env.store.close()
 
 

@@ -9,10 +9,14 @@
 * retire: once the worker confirmed its `leave` at least `drain_settle` seconds ago (so a job
   matched just before shows as running), a `shutdown` command, so the agent stops its batch
   daemon and takes it out of the batch system; once that is done (or `shutdown_grace` passed),
-  the leave hooks run, the server is deleted, the claim released and the record retired. A
-  forced retire (drain deadline) does not wait for the leave.
-* reap: the leave hooks run for a VM that had joined; the server is deleted and the claim
-  released; the record becomes failed (never joined) or lost (stale heartbeat).
+  the record is retired, then the leave hooks run, the server is deleted and the claim
+  released. A forced retire (drain deadline) does not wait for the leave.
+* reap: the record becomes failed (never joined) or lost (stale heartbeat) — only from the
+  state the controller saw —, then the leave hooks run for a VM that had joined, the server is
+  deleted and the claim released.
+
+Ending a VM moves its record first: a restart halfway finds a finished record whose server or
+claim is still there, and `reconcile` removes them.
 """
 
 from __future__ import annotations
@@ -155,13 +159,22 @@ def delete_server(out: Outside, vm: VmRow) -> None:
             raise
 
 
-def reap(out: Outside, action: Reap, vm: VmRow) -> VmRow:
-    joined_once = vm.state in (VmState.JOINED, VmState.DRAINING)
-    if joined_once:
-        out.hooks.run("leave", vm)
-    delete_server(out, vm)
-    release_claim(out, vm)
-    return out.replica.store.move_vm(vm.name, action.outcome, out.clock(), action.reason.message)
+def reap(out: Outside, action: Reap, vm: VmRow) -> VmRow | None:
+    """The record moves first, and only from the state the controller saw (its agent may have
+    joined meanwhile: then nothing is done); the server and the claim go after. A restart in
+    between finds a finished record with a server, which `reconcile` deletes."""
+    try:
+        gone = out.replica.store.move_vm(
+            vm.name, action.outcome, out.clock(), action.reason.message, expect=vm.state
+        )
+    except VmStateError as exc:
+        log.info("reap of %s skipped: %s", vm.name, exc)
+        return None
+    if vm.state in (VmState.JOINED, VmState.DRAINING):
+        out.hooks.run("leave", gone)
+    delete_server(out, gone)
+    release_claim(out, gone)
+    return gone
 
 
 def retire(out: Outside, action: Retire, vm: VmRow) -> VmRow | None:
@@ -179,13 +192,17 @@ def retire(out: Outside, action: Retire, vm: VmRow) -> VmRow | None:
     finished = cmd.state is CommandState.DONE or cmd.state is CommandState.FAILED
     if not finished and now - cmd.issued_at < out.shutdown_grace:
         return None
-    out.hooks.run("leave", vm)
-    delete_server(out, vm)
-    release_claim(out, vm)
     try:
-        return store.move_vm(vm.name, VmState.RETIRED, out.clock(), action.reason.message)
-    except VmStateError:
+        gone = store.move_vm(
+            vm.name, VmState.RETIRED, out.clock(), action.reason.message, expect=VmState.DRAINING
+        )
+    except VmStateError as exc:
+        log.info("retire of %s skipped: %s", vm.name, exc)
         return None
+    out.hooks.run("leave", gone)
+    delete_server(out, gone)
+    release_claim(out, gone)
+    return gone
 
 
 def _settled(out: Outside, log_: list[CommandRow], now: float) -> bool:

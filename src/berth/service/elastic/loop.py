@@ -245,7 +245,8 @@ class ElasticLoop:
                     if carry.retire(self.out, action, vms[action.vm]) is None:
                         continue  # waiting for its agent's shutdown
                 elif isinstance(action, Reap):
-                    carry.reap(self.out, action, vms[action.vm])
+                    if carry.reap(self.out, action, vms[action.vm]) is None:
+                        continue  # it moved on since the controller saw it
                     if m is not None and action.outcome is VmState.FAILED:
                         m.failed_boots.labels(action.group).inc()
             except Exception:
@@ -293,8 +294,17 @@ class ElasticLoop:
             if rec is None or rec.state in TERMINAL:
                 self.drivers[cluster].delete(server.id)
                 done["orphans"].append(name)
+        for vm in records.values():  # a finished VM's claim left behind by a restart
+            if vm.state in TERMINAL and vm.instance_id is not None and self._holds_claim(vm):
+                carry.release_claim(self.out, vm)
+                done["orphans"].append(vm.name)
         self.reconciled = True
         return done
+
+    def _holds_claim(self, vm: VmRow) -> bool:
+        with self.replica.lock:
+            view = self.replica.clusters.get(vm.cluster or "")
+            return view is not None and vm.instance_id in view.table.allocations
 
     def _reconcile_one(
         self,
