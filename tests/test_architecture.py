@@ -27,7 +27,16 @@ ALLOWED = {
     "berth.solvers": {"berth.core"},
     "berth.sim": {"berth.core", "berth.fleet", "berth.policy", "berth.solvers"},
     "berth.store": {"berth.core"},
-    "berth.service": {"berth.core", "berth.fleet", "berth.policy", "berth.store"},
+    "berth.cloud": {"berth.core"},
+    "berth.elastic": {"berth.core", "berth.cloud"},
+    "berth.service": {
+        "berth.core",
+        "berth.fleet",
+        "berth.policy",
+        "berth.store",
+        "berth.cloud",
+        "berth.elastic",
+    },
 }
 
 
