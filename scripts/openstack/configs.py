@@ -144,6 +144,8 @@ def gunicorn_conf(app: str, port: int, logs: str, name: str) -> str:
         threads = 4
         worker_class = "gthread"
         timeout = 120
+        # Nova asks Neutron for the ports of every listed server in one GET: no line limit.
+        limit_request_line = 0
         accesslog = None
         errorlog = "{logs}/{name}-gunicorn.log"
         proc_name = "berth-{name}"
