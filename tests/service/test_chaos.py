@@ -341,7 +341,7 @@ def test_the_audit_finds_a_split_affinity_set_and_gives_the_replicas_usage(tmp_p
         conn.execute(text("UPDATE instances SET server_group = 'aff' WHERE id = 'i-b'"))
     found = audit_by_invariant(store)
     assert found["affinity"] == [
-        "affinity deployment set aff has members on hosts ['h-c1-0', 'h-c2-1']"
+        "affinity deployment set aff (project default) has members on hosts ['h-c1-0', 'h-c2-1']"
     ]
     assert [name for name, problems in found.items() if problems] == ["affinity"]
     replica = Replica(store, ServiceConfig(db_url="sqlite://", replica_id="audit"), lambda: NOW)

@@ -52,7 +52,7 @@ def loaded(store: Store, n: int = 4) -> None:
 
 def test_migrations_match_the_schema_and_are_idempotent(store):
     upgrade(store.engine)
-    assert current_revision(store.engine) == "0004"
+    assert current_revision(store.engine) == "0005"
     with store.engine.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), metadata) == []
 
@@ -143,7 +143,7 @@ def test_deployment_set_rules_are_reverified(store):
         claim_one(store, fleet, "s-2", "h-c1-3", group="small", group_generation=1)
     assert audit(store) == []
     with pytest.raises(InUseError):
-        store.delete_group("web")
+        store.delete_group("default", "web")
 
 
 def _two_host_claim(store: Store, gens: dict[str, int], network: str | None = None) -> None:
@@ -161,7 +161,7 @@ def _two_host_claim(store: Store, gens: dict[str, int], network: str | None = No
         placement_id="p-two",
         instances=new,
         host_generations=gens,
-        group_generations={"web": 0},
+        group_generations={"default/web": 0},
         capacities=caps,
         outcome=Outcome("success", "placed", "p4", "default", 2, 1.0),
     )
@@ -477,7 +477,7 @@ def test_snapshot_is_complete(store):
     assert snap.last_event_id == store.latest_event_id()
     assert {h.host.name for h in snap.hosts} == {f"h-c1-{i}" for i in range(4)}
     assert [i.id for i in snap.instances] == ["vm-1"]
-    assert snap.groups["web"].generation == 1
+    assert snap.groups["default/web"].generation == 1
     assert [a.name for a in snap.pci_aliases] == ["a100"]
 
 

@@ -90,7 +90,7 @@ class Hosts(Database):
     def remove_host(self, name: str) -> None:
         """Decommission an empty host (one with instances is `InUseError`)."""
         with self._write() as conn:
-            used = an_instance(conn, t.instances.c.host, name)
+            used = an_instance(conn, t.instances.c.host == name)
             if used is not None:
                 raise InUseError(f"host {name!r} still runs instance {used!r}")
             conn.execute(delete(t.host_cells).where(t.host_cells.c.host == name))
