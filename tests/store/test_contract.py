@@ -405,6 +405,27 @@ def test_a_heartbeat_that_revives_a_host_is_an_event(store, previous, timestamp,
     assert store.get_host("h-c1-0").host.last_heartbeat == max(previous, timestamp)
 
 
+def test_a_stored_far_future_heartbeat_gives_way_to_real_ones(store):
+    """One written before reports were checked (year 2500): a report within the skew replaces
+    it (and revives the host), and the simulated agents' bulk heartbeat heals it too."""
+    loaded(store)
+    poisoned = 16725225600.0
+    for name in ("h-c1-0", "h-c1-1"):
+        store.report(name, poisoned, {"instances": [], "used": None})
+    assert not store.report("h-c1-0", NOW, None)  # without a limit, the poisoned one wins
+    before = store.latest_event_id()
+    assert store.report(
+        "h-c1-0", NOW, {"instances": [], "used": None}, down_after=60.0, not_after=NOW + 300
+    )
+    rec = store.get_host("h-c1-0")
+    assert (rec.host.last_heartbeat, rec.report_ts) == (NOW, NOW)
+    assert [e.kind for e in store.events_after(before)] == ["host_alive"]
+    store.report("h-c1-2", NOW - 5, None)
+    assert store.touch_heartbeats(NOW + 10, 60.0, max_skew=300.0) >= 2
+    assert store.get_host("h-c1-1").host.last_heartbeat == NOW + 10
+    assert store.get_host("h-c1-2").host.last_heartbeat == NOW + 10
+
+
 def test_host_state_changes_bump_generation(store):
     loaded(store)
     ev = store.set_host_enabled("h-c1-1", False)

@@ -43,6 +43,7 @@ from berth.store.repo import (
     CommitResult,
     EventRow,
     GroupRow,
+    HostRecord,
     InstanceRow,
     PoolRow,
     Snapshot,
@@ -153,6 +154,7 @@ class Replica:
             self._load(self.store.snapshot())
 
     def _load(self, snap: Snapshot) -> None:
+        snap.hosts = self._valid_heartbeats(snap.hosts)
         aliases = {a.name: a.device_type for a in snap.pci_aliases}
         groups = [
             ServerGroup(id=key, policy=g.policy, max_server_per_host=g.max_per_host)
@@ -229,6 +231,18 @@ class Replica:
         }
         for listener in self.listeners:
             listener.on_loaded(self, snap.instances)
+
+    def _valid_heartbeats(self, records: list[HostRecord]) -> list[HostRecord]:
+        """The hosts with a heartbeat beyond the clock plus the allowed skew (stored before
+        reports were checked) given none: such a host counts as down until it reports again,
+        and its next real report replaces the stored one (`Store.report`)."""
+        limit = self.clock() + self.config.max_clock_skew
+        return [
+            replace(r, host=r.host.model_copy(update={"last_heartbeat": None}))
+            if r.host.last_heartbeat is not None and r.host.last_heartbeat > limit
+            else r
+            for r in records
+        ]
 
     def reload_locked(self) -> None:
         """Reload from a fresh snapshot (caller holds the lock)."""
@@ -325,8 +339,11 @@ class Replica:
         """Copy heartbeats newer than the last refresh into the tables (they bump no
         generation and are not events: one cheap query per interval instead)."""
         beats = self.store.heartbeats_since(self._heartbeat_since)
+        limit = self.clock() + self.config.max_clock_skew
         with self.lock:
             for name, ts in beats:
+                if ts > limit:  # invalid (see `_valid_heartbeats`): neither used nor passed
+                    continue
                 cl = self.host_cluster.get(name)
                 if cl is not None:
                     self.clusters[cl].table.set_heartbeat(name, ts)
