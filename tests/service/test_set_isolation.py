@@ -117,7 +117,11 @@ def test_two_projects_sets_of_one_id_are_two_sets(iso: Env) -> None:
 def test_another_projects_set_is_a_missing_one_in_every_route(iso: Env) -> None:
     made = iso.post("/v1/deployment-sets", {"id": "alpha-only", "policy": "affinity"}, "alpha")
     assert made.status_code == 201, made.text
-    assert _place(iso, "alpha", deployment_set="alpha-only").status_code == 201
+    placed = _place(iso, "alpha", deployment_set="alpha-only")
+    assert placed.status_code == 201, placed.text
+    theirs = placed.json()["instances"][0]["id"]
+    for hint in ("same_host", "different_host"):  # another project's instance as a hint, too
+        _same(_place(iso, "beta", **{hint: [theirs]}), _place(iso, "beta", **{hint: ["i-0"]}))
     foreign, missing = "alpha-only", "never-made"
     _same(
         iso.get(f"/v1/deployment-sets/{foreign}", "beta"),
