@@ -11,6 +11,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from berth.cli import names
 from berth.core.config import PROFILES
 from berth.core.defrag.admit import MAX_ADMISSION
@@ -51,6 +53,7 @@ print(json.dumps({{"top": top, "commands": seen, "loaded": loaded()}}))
 """
 
 
+@pytest.mark.slow
 def test_help_of_every_command_loads_no_heavy_module() -> None:
     done = subprocess.run(
         [sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=120, check=True
