@@ -13,25 +13,21 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
-import numpy as np
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from berth.cli.names import MAX_ADMISSION, PROFILES
 from berth.cli.tables import print_table
-from berth.core.config import PROFILES, profile
-from berth.core.defrag import Budget, Move, Objective, Plan, Target, plan_defrag
-from berth.core.defrag.admit import MAX_ADMISSION, Admission, fitting, plan_admission
-from berth.core.engine import FilterScheduler
-from berth.core.errors import BerthError
-from berth.core.model import Fleet
-from berth.core.request import RequestSpec
-from berth.core.table import HostTable
-from berth.fleet.demo import demo_fleet_path
-from berth.fleet.io import describe_validation_error, load_fleet
+
+if TYPE_CHECKING:  # the commands import the core inside: `berth --help` loads no numpy
+    from berth.core.defrag import Budget, Move, Plan, Target
+    from berth.core.defrag.admit import Admission
+    from berth.core.engine import FilterScheduler
+    from berth.core.model import Fleet
+    from berth.core.table import HostTable
 
 out = Console()
 err = Console(stderr=True)
@@ -66,6 +62,13 @@ NowOpt = Annotated[
 
 def _load(fleet: Path | None, profile_name: str) -> tuple[Fleet, HostTable, FilterScheduler]:
     """The fleet snapshot (default: the demo fleet), its table, and the named scheduler."""
+    from berth.core.config import profile
+    from berth.core.engine import FilterScheduler
+    from berth.core.errors import BerthError
+    from berth.core.table import HostTable
+    from berth.fleet.demo import demo_fleet_path
+    from berth.fleet.io import load_fleet
+
     try:
         snapshot = load_fleet(fleet if fleet is not None else demo_fleet_path())
         table = HostTable.from_fleet(snapshot)
@@ -83,6 +86,11 @@ def _target(
     drain: list[str],
     keep_traits: list[str],
 ) -> Target:
+    from pydantic import ValidationError
+
+    from berth.core.defrag import Objective, Target
+    from berth.fleet.io import describe_validation_error
+
     try:
         kind = Objective(objective)
     except ValueError:
@@ -110,6 +118,10 @@ def _target(
 
 
 def _budget(budget: int, per_host: int | None, concurrent: int) -> Budget:
+    from pydantic import ValidationError
+
+    from berth.core.defrag import Budget
+
     try:
         return Budget(max_migrations=budget, max_per_host=per_host, max_concurrent=concurrent)
     except ValidationError as exc:
@@ -127,6 +139,8 @@ def _print_moves(plan: Plan, table: HostTable) -> None:
 
 
 def _moves_table(planned: Sequence[Move], table: HostTable) -> None:
+    import numpy as np
+
     moves = Table(title=f"{len(planned)} live migrations in {planned[-1].wave + 1} waves")
     for column in ("step", "wave", "instance", "flavor", "from", "to", "cells"):
         moves.add_column(column, justify="right" if column in ("step", "wave") else "left")
@@ -206,6 +220,9 @@ def plan_command(
     ] = None,
 ) -> None:
     """Plan live migrations that restore large-flavor capacity or empty hosts."""
+    from berth.core.defrag import plan_defrag
+    from berth.core.errors import BerthError
+
     snapshot, table, scheduler = _load(fleet, profile_name)
     goal = _target(table, target, flavor or [], weight or [], drain or [], keep_trait or [])
     limits = _budget(budget, per_host, concurrent)
@@ -284,6 +301,12 @@ def admit_command(
 ) -> None:
     """Which live migrations would let one instance of FLAVOR fit (docs/simulator.md,
     "Admission by migration"); nothing is changed."""
+    import numpy as np
+
+    from berth.core.defrag.admit import fitting, plan_admission
+    from berth.core.errors import BerthError
+    from berth.core.request import RequestSpec
+
     snapshot, table, scheduler = _load(fleet, profile_name)
     if flavor not in table.flavors:
         _fail(f"--flavor: unknown flavor {flavor!r}")
