@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint typecheck unit quick postgres openstack bench clean
+.PHONY: run test lint typecheck unit quick postgres openstack batch bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,7 @@ run: $(RUN_STAMP)
 
 # The real clouds the slow tests need start in the background while lint, typecheck and the
 # tests run; their session fixtures wait for them (the script holds a lock while it starts them).
-test: $(DEV_STAMP) postgres
+test: $(DEV_STAMP) postgres batch
 	@mkdir -p out
 	@scripts/ensure-openstack.sh up > out/openstack-up.log 2>&1 & \
 	$(MAKE) --no-print-directory lint typecheck unit; status=$$?; wait; exit $$status
@@ -46,7 +46,7 @@ typecheck: $(DEV_STAMP)
 TEST_WORKERS ?= auto
 PYTEST := $(BIN)/pytest -q -n $(TEST_WORKERS) --maxschedchunk 1
 
-unit: $(DEV_STAMP) postgres
+unit: $(DEV_STAMP) postgres batch
 	$(PYTEST)
 
 # The quick loop while developing: every test but the slow end-to-end ones (`make test` runs all).
@@ -61,6 +61,14 @@ postgres:
 # into their own venv once (~1 min), starts what is not running (cold ~3.5 min, warm seconds).
 openstack: postgres
 	scripts/ensure-openstack.sh up
+
+# The elastic tests' batch systems: Slurm (Debian packages) and HTCondor (a Debian 13 chroot,
+# built once under ~/.cache/berth-batch), installed when missing; the tests start private
+# instances of their own (tests/elastic/conftest.py). `scripts/ensure-*.sh up` starts the shared
+# ones for demos.
+batch:
+	scripts/ensure-slurm.sh install
+	scripts/ensure-htcondor.sh install
 
 bench: $(RUN_STAMP)
 	$(BIN)/python benchmarks/bench_core.py
