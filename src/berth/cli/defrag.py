@@ -21,12 +21,14 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from berth.cli.scheduler_options import load_scheduler
 from berth.cli.tables import print_table
-from berth.core.config import PROFILES, profile
+from berth.core.config import PROFILES
 from berth.core.defrag import Budget, Move, Objective, Plan, Target, plan_defrag
 from berth.core.defrag.admit import MAX_ADMISSION, Admission, fitting, plan_admission
 from berth.core.engine import FilterScheduler
 from berth.core.errors import BerthError
+from berth.core.host_state import unavailable_hosts
 from berth.core.model import Fleet
 from berth.core.request import RequestSpec
 from berth.core.table import HostTable
@@ -64,15 +66,32 @@ NowOpt = Annotated[
 ]
 
 
-def _load(fleet: Path | None, profile_name: str) -> tuple[Fleet, HostTable, FilterScheduler]:
-    """The fleet snapshot (default: the demo fleet), its table, and the named scheduler."""
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--config", "-c", help="Scheduler configuration file (YAML); overrides --profile."
+    ),
+]
+
+
+def _load(
+    fleet: Path | None, profile_name: str, config: Path | None = None
+) -> tuple[Fleet, HostTable, FilterScheduler]:
+    """The fleet snapshot (default: the demo fleet), its table, and the scheduler (the
+    configuration file when given, else the named profile)."""
     try:
         snapshot = load_fleet(fleet if fleet is not None else demo_fleet_path())
         table = HostTable.from_fleet(snapshot)
-        scheduler = FilterScheduler.from_config(profile(profile_name))
+        scheduler = load_scheduler(profile_name, config)
     except BerthError as exc:
-        _fail(str(exc).replace("unknown profile", "--profile: unknown profile"))
+        _fail(str(exc))
     return snapshot, table, scheduler
+
+
+def _warn_unavailable(scheduler: FilterScheduler, table: HostTable, when: float) -> None:
+    """Say why hosts count for nothing (disabled, down, never reported a heartbeat)."""
+    for note in unavailable_hosts(scheduler, table, when):
+        err.print(f"note: {note.line(len(table))}", highlight=False, soft_wrap=True)
 
 
 def _target(
@@ -192,6 +211,7 @@ def plan_command(
         int, typer.Option("--concurrent", help="Moves in flight at once (wave size).")
     ] = 1,
     profile_name: ProfileOpt = "berth",
+    config: ConfigOpt = None,
     exact: Annotated[
         bool, typer.Option("--exact", help="Also solve the exact optimum (small fleets).")
     ] = False,
@@ -206,10 +226,11 @@ def plan_command(
     ] = None,
 ) -> None:
     """Plan live migrations that restore large-flavor capacity or empty hosts."""
-    snapshot, table, scheduler = _load(fleet, profile_name)
+    snapshot, table, scheduler = _load(fleet, profile_name, config)
     goal = _target(table, target, flavor or [], weight or [], drain or [], keep_trait or [])
     limits = _budget(budget, per_host, concurrent)
     when = now if now is not None else snapshot.now if snapshot.now is not None else time.time()
+    _warn_unavailable(scheduler, table, when)
     try:
         started = time.perf_counter()
         result = plan_defrag(table, goal, limits, scheduler=scheduler, now=when, seed=seed)
@@ -279,12 +300,13 @@ def admit_command(
     ] = None,
     keep_trait: KeepTraitOpt = None,
     profile_name: ProfileOpt = "berth",
+    config: ConfigOpt = None,
     now: NowOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Which live migrations would let one instance of FLAVOR fit (docs/simulator.md,
     "Admission by migration"); nothing is changed."""
-    snapshot, table, scheduler = _load(fleet, profile_name)
+    snapshot, table, scheduler = _load(fleet, profile_name, config)
     if flavor not in table.flavors:
         _fail(f"--flavor: unknown flavor {flavor!r}")
     when = now if now is not None else snapshot.now if snapshot.now is not None else time.time()

@@ -15,18 +15,19 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
-import yaml
 from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
 from berth.cli.schedule import capacity_by_topology
+from berth.cli.scheduler_options import load_scheduler
 from berth.cli.tables import print_table
 from berth.core.capacity import capacity_matrix, totals_by_aggregate, totals_by_zone
-from berth.core.config import PROFILES, SchedulerConfig, profile
+from berth.core.config import PROFILES
 from berth.core.engine import Decision, FilterScheduler
 from berth.core.errors import BerthError
 from berth.core.explain import NoValidHost
+from berth.core.host_state import unavailable_hosts
 from berth.core.model import Fleet
 from berth.core.registry import FILTERS, WEIGHERS
 from berth.core.request import RequestSpec
@@ -88,19 +89,10 @@ def _load(fleet_path: Path | None) -> tuple[Fleet, HostTable]:
 
 
 def _scheduler(profile_name: str, config_path: Path | None) -> FilterScheduler:
-    if config_path is None:
-        return FilterScheduler.from_config(profile(profile_name))
     try:
-        raw = yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}
-    except OSError as exc:
-        _fail(f"{config_path}: cannot read ({exc.strerror})")
-    except yaml.YAMLError as exc:
-        _fail(f"{config_path}: not valid YAML: {exc}")
-    try:
-        config = SchedulerConfig.model_validate(raw)
-    except ValidationError as exc:
-        _fail(f"{config_path}: {describe_validation_error(exc)}")
-    return FilterScheduler.from_config(config)
+        return load_scheduler(profile_name, config_path)
+    except BerthError as exc:
+        _fail(str(exc))
 
 
 def _now(fleet: Fleet, now: float | None) -> float:
@@ -273,10 +265,13 @@ def validate(fleet: Annotated[Path, typer.Argument(help="Fleet snapshot to check
     with _clear_errors():
         fleet_model, table = _load(fleet)
         check_server_groups(fleet_model, str(fleet))
+        notes = unavailable_hosts(_scheduler("berth", None), table, _now(fleet_model, None))
     out.print(
         f"ok: {len(table)} hosts, {len(table.flavors)} flavors, "
         f"{len(fleet_model.instances)} instances, {len(table.groups)} server groups"
     )
+    for note in notes:  # valid, but the default filters will count these hosts for nothing
+        err.print(f"warning: {note.line(len(table))}", highlight=False, soft_wrap=True)
 
 
 @app.command()
