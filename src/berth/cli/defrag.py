@@ -23,6 +23,7 @@ from rich.table import Table
 
 from berth.cli.scheduler_options import load_scheduler
 from berth.cli.tables import print_table
+from berth.core import jit
 from berth.core.config import PROFILES
 from berth.core.defrag import Budget, Move, Objective, Plan, Target, plan_defrag
 from berth.core.defrag.admit import MAX_ADMISSION, Admission, fitting, plan_admission
@@ -114,6 +115,10 @@ def _target(
             _fail(f"--drain: unknown host {name!r}")
     if kind is Objective.EMPTY_HOSTS and flavors:
         _fail("--flavor: the empty-hosts target takes no flavors")
+    if kind is Objective.FRAGMENT_RATE and len(flavors) != 1:
+        _fail("--flavor: the fragment-rate target takes exactly one reference flavor")
+    if kind is Objective.FRAGMENT_RATE and weights:
+        _fail("--weight: the fragment-rate target takes no weights")
     if weights and len(weights) != len(flavors):
         _fail("--weight: give one weight per --flavor")
     try:
@@ -189,7 +194,12 @@ def plan_command(
     budget: Annotated[int, typer.Option("--budget", help="Most migrations in the plan.")],
     fleet: FleetOpt = None,
     target: Annotated[
-        str, typer.Option("--target", help="capacity (of --flavor ...) or empty-hosts.")
+        str,
+        typer.Option(
+            "--target",
+            help="capacity (of --flavor ...), fragment-rate (of one reference --flavor) or "
+            "empty-hosts.",
+        ),
     ] = "capacity",
     flavor: Annotated[
         list[str] | None,
@@ -219,6 +229,15 @@ def plan_command(
         float, typer.Option("--time-limit", help="Seconds for the exact solver.")
     ] = 60.0,
     seed: Annotated[int, typer.Option("--seed", help="Tie-breaking seed.")] = 0,
+    search_seconds: Annotated[
+        float | None,
+        typer.Option(
+            "--search-seconds",
+            min=0.0,
+            help="Stop improving the plan after this many seconds (default: when no move "
+            "or pair of moves gains); the plan found by then is returned.",
+        ),
+    ] = None,
     now: NowOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
     out_path: Annotated[
@@ -232,8 +251,15 @@ def plan_command(
     when = now if now is not None else snapshot.now if snapshot.now is not None else time.time()
     _warn_unavailable(scheduler, table, when)
     try:
+        jit.prepare()  # compiled (or loaded from the cache) before the search's clock starts
         started = time.perf_counter()
-        result = plan_defrag(table, goal, limits, scheduler=scheduler, now=when, seed=seed)
+        stop = None
+        if search_seconds is not None:
+            deadline = started + search_seconds
+            stop = lambda: time.perf_counter() >= deadline  # noqa: E731  (the edge owns the clock)
+        result = plan_defrag(
+            table, goal, limits, scheduler=scheduler, now=when, seed=seed, should_stop=stop
+        )
         elapsed = time.perf_counter() - started
         exact_info = (
             _exact(table, goal, limits, scheduler, when, time_limit, result) if exact else None

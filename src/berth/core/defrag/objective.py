@@ -79,7 +79,7 @@ class HostValue:
         self, table: HostTable, target: Target, scheduler: FilterScheduler, now: float
     ) -> None:
         self.objective = target.objective
-        self.flavors = list(target.flavors) if target.objective is Objective.CAPACITY else []
+        self.flavors = list(target.flavors) if target.objective is not Objective.EMPTY_HOSTS else []
         weights = target.weights or tuple(1.0 for _ in target.flavors)
         self.weights = list(weights) if self.flavors else []
         self.drain = drain_mask(table, target.drain)
