@@ -20,8 +20,8 @@ from berth.core.defrag.objective import HostValue
 from berth.core.defrag.rules import TargetRules, immovable
 from berth.core.engine import FilterScheduler
 from berth.core.table import HostTable
-from berth.sim.fragmented import REFERENCE, fragmented_fleet
 from berth.sim.fragmented import NOW as FLEET_NOW
+from berth.sim.fragmented import REFERENCE, fragmented_fleet
 from berth.solvers.defrag_bound import defrag_bound
 from berth.solvers.defrag_exact import exact_optimum, plan_value
 from tests.builders import NOW
@@ -65,9 +65,7 @@ def capacity_targets(table: HostTable) -> st.SearchStrategy[Target]:
     return st.sampled_from(names).map(lambda f: Target(flavors=(f,)))
 
 
-@settings(
-    max_examples=examples(0.2), deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+@settings(max_examples=examples(0.2), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), table=fragmented())
 def test_never_worse_than_one_greedy_step(data: st.DataObject, table: HostTable) -> None:
     target = data.draw(capacity_targets(table))
@@ -77,9 +75,7 @@ def test_never_worse_than_one_greedy_step(data: st.DataObject, table: HostTable)
     assert plan_value(plan) >= greedy_step(table, target) - 1e-9
 
 
-@settings(
-    max_examples=examples(0.15), deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+@settings(max_examples=examples(0.15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), table=fragmented())
 def test_more_budget_never_ends_worse(data: st.DataObject, table: HostTable) -> None:
     target = data.draw(capacity_targets(table))
