@@ -20,12 +20,12 @@ NOW = 1_000_000.0
 CELL_CPUS = 44
 CELL_MEMORY_MB = 44 * 4096 + 16384
 MIX: tuple[tuple[str, int, int, float], ...] = (
-    ("n2", 2, 1, 0.20),
-    ("n4", 4, 1, 0.25),
-    ("n8", 8, 1, 0.25),
-    ("n16", 16, 1, 0.15),
-    ("w16", 16, 2, 0.10),
-    ("w32", 32, 2, 0.05),
+    ("n2", 2, 1, 0.10),
+    ("n4", 4, 1, 0.20),
+    ("n8", 8, 1, 0.30),
+    ("n16", 16, 1, 0.20),
+    ("w16", 16, 2, 0.12),
+    ("w32", 32, 2, 0.08),
 )
 """(name, vCPUs, NUMA cells, share of VMs)."""
 REFERENCE = "n16"
@@ -44,10 +44,7 @@ def flavors() -> list[Flavor]:
     ]
 
 
-def fragmented_fleet(n_hosts: int, seed: int = 0, vms_per_host: float = 7.0) -> HostTable:
-    """`n_hosts` two-cell hosts, each filled with about `vms_per_host` VMs of `MIX` (single-cell
-    ones on a random fitting cell); a host stops at its count or after three misses."""
-    rng = np.random.default_rng(seed)
+def _empty(n_hosts: int) -> HostTable:
     cell = NumaCell(shared_cpus=CELL_CPUS, memory_mb=CELL_MEMORY_MB)
     hosts = [
         Host(
@@ -58,7 +55,46 @@ def fragmented_fleet(n_hosts: int, seed: int = 0, vms_per_host: float = 7.0) -> 
         )
         for i in range(n_hosts)
     ]
-    table = HostTable.from_fleet(Fleet(now=NOW, hosts=hosts, flavors=flavors()))
+    return HostTable.from_fleet(Fleet(now=NOW, hosts=hosts, flavors=flavors()))
+
+
+def _churned(n_hosts: int, seed: int, churn: float) -> HostTable:
+    """Hosts filled by the claim rule until three misses, then `churn` of the VMs removed."""
+    rng = np.random.default_rng(seed)
+    table = _empty(n_hosts)
+    names = [m[0] for m in MIX]
+    share = np.array([m[3] for m in MIX])
+    demands = [table.demand(n) for n in names]
+    k = 0
+    for row, host in enumerate(table.names):
+        misses = 0
+        while misses < 3:
+            pick = int(rng.choice(len(MIX), p=share))
+            cells, free = table.cell_free[row : row + 1], table.host_free[row : row + 1]
+            if vector.fits(demands[pick], cells, free)[0]:
+                table.claim(f"vm{k}", host, names[pick])
+                k += 1
+            else:
+                misses += 1
+    ids = list(table.allocations)
+    for i in rng.permutation(len(ids))[: int(churn * len(ids))]:
+        table.release(ids[i])
+    return table
+
+
+def fragmented_fleet(
+    n_hosts: int, seed: int = 0, vms_per_host: float = 7.0, churn: float = 0.0
+) -> HostTable:
+    """`n_hosts` two-cell hosts, each filled with about `vms_per_host` VMs of `MIX` (single-cell
+    ones on a random fitting cell); a host stops at its count or after three misses.
+
+    With `churn` > 0 the hosts are first filled by the claim rule (the tightest fitting cell,
+    as a scheduler would) until three misses, then that share of the VMs, drawn at random,
+    departs: holes left by departures instead of random placement."""
+    if churn > 0:
+        return _churned(n_hosts, seed, churn)
+    rng = np.random.default_rng(seed)
+    table = _empty(n_hosts)
     names = [m[0] for m in MIX]
     share = np.array([m[3] for m in MIX])
     demands = [table.demand(n) for n in names]

@@ -113,6 +113,10 @@ class MoveSearch:
             dtype=np.int64,
         )
         self.alive = np.ones(len(ids), dtype=bool)
+        self.by_host: dict[int, list[int]] = {}
+        """Per host row, the positions of its movable instances (moved ones stay, not alive)."""
+        for i, r in enumerate(self.owner.tolist()):
+            self.by_host.setdefault(r, []).append(i)
         self.shapes = {f: fixed_shapes(work.demand(f)) if shapes else [] for f in self.flavor_names}
         # request-independent target masks, one per request shape (rules cache them)
         masks: dict[int, int] = {}
@@ -150,7 +154,13 @@ class MoveSearch:
             after, shape = insert_values(p.value, work, f, rows, self.shapes[f])
             self.put[k, rows] = after - now[rows]
             self.put_shape[k, rows] = shape
-        on = np.flatnonzero(np.isin(self.owner, rows) & self.alive)
+        if rows.size == len(work):
+            on = np.flatnonzero(self.alive)
+        else:
+            on = np.array(
+                [i for r in rows.tolist() for i in self.by_host.get(r, ()) if self.alive[i]],
+                dtype=np.int64,
+            )
         if on.size:
             owner = self.owner[on]
             cf, hf = work.free_rows(owner)
