@@ -155,6 +155,10 @@ def _pct(x: float | None) -> str:
     return "?" if x is None else f"{100 * x:.1f}%"
 
 
+def _cut(rate: float | None, before: float) -> str:
+    return "?" if rate is None else f"{_pct(rate)} (−{_pct(1 - rate / before)})"
+
+
 def markdown(rows: list[dict[str, Any]], times: list[dict[str, Any]], limit: float) -> list[str]:
     lines = [
         "",
@@ -187,9 +191,6 @@ def markdown(rows: list[dict[str, Any]], times: list[dict[str, Any]], limit: flo
         for p in row["points"]:
             g, m = p["greedy"], p["berth"]
 
-            def cut(rate: float | None) -> str:
-                return "?" if rate is None else f"{_pct(rate)} (−{_pct(1 - rate / b['rate'])})"
-
             slots = p["bound_slots"]
             gained = (
                 "?"
@@ -197,9 +198,10 @@ def markdown(rows: list[dict[str, Any]], times: list[dict[str, Any]], limit: flo
                 else _pct((m["n16"] - b["n16"]) / (slots - b["n16"]))
             )
             proven = "" if p["bound_proven"] else " (dual)"
+            rate = b["rate"]
             lines.append(
-                f"| {p['budget']} | {cut(g['rate'])} | {cut(m['rate'])} | "
-                f"{cut(p['bound_rate'])}{proven} | {gained} | {g['n16']:,} / {g['w32']:,} | "
+                f"| {p['budget']} | {_cut(g['rate'], rate)} | {_cut(m['rate'], rate)} | "
+                f"{_cut(p['bound_rate'], rate)}{proven} | {gained} | {g['n16']:,} / {g['w32']:,} | "
                 f"{m['n16']:,} / {m['w32']:,} | {'?' if slots is None else f'{slots:,.0f}'} | "
                 f"{p['seconds']:.2f} |"
             )
