@@ -27,7 +27,7 @@ from berth.core.defrag.journal import Journal
 from berth.core.defrag.model import Budget
 from berth.core.defrag.objective import HostValue
 from berth.core.defrag.rules import TargetRules
-from berth.core.defrag.shapes import fixed_shapes, footprint, insert_values
+from berth.core.defrag.shapes import fixed_shapes, footprint, insert_one, insert_values
 from berth.core.defrag.waves import Step
 from berth.core.table import Allocation, HostTable
 
@@ -42,6 +42,22 @@ PAIR_INSTANCES = 8
 """Pairs are formed among a host's this many largest movable instances."""
 PAIR_TRIES = 24
 """Pair candidates checked exactly per round (the best upper bounds first)."""
+SMALL_ROWS = 16
+"""Up to this many changed hosts, their rows are recomputed in plain Python numbers."""
+
+
+class _Uses(dict[int, tuple[list[list[int]], list[int]]]):
+    """An instance's footprint as lists, made on first use (most instances never need it)."""
+
+    def __init__(self, search: MoveSearch) -> None:
+        super().__init__()
+        self.search = search
+
+    def __missing__(self, i: int) -> tuple[list[list[int]], list[int]]:
+        s = self.search
+        out = (s.cell_use[i].tolist(), s.host_use[i].tolist())
+        self[i] = out
+        return out
 
 
 class Planner(Protocol):
@@ -142,12 +158,63 @@ class MoveSearch:
         self.put = np.zeros((len(self.flavor_names), n))
         self.put_shape = np.zeros((len(self.flavor_names), n), dtype=np.int64)
         self.rem = np.zeros(len(ids))
+        self.best = np.full(len(self.static), -np.inf)
+        self.best_row = np.full(len(self.static), -1, dtype=np.int64)
+        self._shape_lists = {f: [x.tolist() for x in v] for f, v in self.shapes.items()}
+        self._uses: dict[int, tuple[list[list[int]], list[int]]] = _Uses(self)
         self.moves = 0
         self._refresh(np.arange(n))
 
     # ------------------------------------------------------------------ state
     def _refresh(self, rows: I64) -> None:
-        """Recompute `put` and `rem` on these hosts (all of them at the start)."""
+        """Recompute `put` and `rem` on these hosts (all of them at the start), then the best
+        insertion per static mask (`_group_best`)."""
+        if rows.size > SMALL_ROWS:
+            self._refresh_many(rows)
+            self._group_best(None)
+            return
+        p, work, value = self.p, self.p.work, self.p.value
+        for r in rows.tolist():
+            for k, f in enumerate(self.flavor_names):
+                self.put[k, r], self.put_shape[k, r] = insert_one(
+                    value, work, f, r, self._shape_lists[f]
+                )
+            self.put[:, r] -= float(p.current()[r])
+            alive = [i for i in self.by_host.get(r, ()) if self.alive[i]]
+            if not alive:
+                continue
+            cf: list[list[int]] = work.cell_free[r].tolist()
+            hf: list[int] = work.host_free[r].tolist()
+            left = int(work.n_instances[r]) - 1
+            now = float(p.current()[r])
+            for i in alive:
+                cu, hu = self._uses[i]
+                after_cf = [
+                    [a + b for a, b in zip(x, y, strict=True)] for x, y in zip(cf, cu, strict=True)
+                ]
+                after_hf = [a + b for a, b in zip(hf, hu, strict=True)]
+                self.rem[i] = value.one(r, after_cf, after_hf, left) - now
+        self._group_best(rows)
+
+    def _group_best(self, rows: I64 | None) -> None:
+        """Per static mask, the best `put` of its flavor over the hosts it allows: recomputed
+        in full (rows None, or when the best host is among `rows`), else raised by `rows`."""
+        for g, mask in enumerate(self.static):
+            put = self.put[self.group_flavor[g]]
+            if rows is None or int(self.best_row[g]) in rows.tolist():
+                allowed = np.flatnonzero(mask)
+                if allowed.size == 0:
+                    self.best[g], self.best_row[g] = -np.inf, -1
+                    continue
+                j = int(np.argmax(put[allowed]))
+                self.best[g], self.best_row[g] = float(put[allowed[j]]), int(allowed[j])
+                continue
+            for r in rows.tolist():
+                if mask[r] and put[r] > self.best[g]:
+                    self.best[g], self.best_row[g] = float(put[r]), r
+
+    def _refresh_many(self, rows: I64) -> None:
+        """`_refresh` for many hosts, vectorised."""
         p, work = self.p, self.p.work
         now = p.current()
         for k, f in enumerate(self.flavor_names):
@@ -209,12 +276,7 @@ class MoveSearch:
 
     def _bounds(self) -> F64:
         """Per instance: removal gain plus the best insertion its static mask allows."""
-        best = np.full(len(self.static), -np.inf)
-        for g, mask in enumerate(self.static):
-            put = self.put[self.group_flavor[g]][mask]
-            if put.size:
-                best[g] = put.max()
-        ub = self.rem + best[self.group]
+        ub = self.rem + self.best[self.group]
         ub[~self.alive] = -np.inf
         return ub
 

@@ -79,3 +79,31 @@ def footprint(table: HostTable, flavor: str, row: int, shapes: list[I64], k: int
         rd = table.demand(flavor).rows
         return np.array(scalar.place(rd, table.cell_free[row].tolist()), dtype=np.int64)
     return shapes[k].copy()
+
+
+def insert_one(
+    value: HostValue, table: HostTable, flavor: str, row: int, shapes: list[list[list[int]]]
+) -> tuple[float, int]:
+    """`insert_values` for one row in plain Python numbers (`HostValue.one`, `numa.scalar`):
+    the same values bit for bit, without numpy's per-call cost on a single host. `shapes` are
+    `insert_values`' shapes as nested lists."""
+    rd = table.demand(flavor).rows
+    cell_free: scalar.Cells = table.cell_free[row].tolist()
+    host_free: list[int] = table.host_free[row].tolist()
+    n_after = int(table.n_instances[row]) + 1
+    best, shape = -np.inf, RULE
+    if scalar.count(rd, cell_free, host_free) >= 1:
+        use = scalar.place(rd, cell_free)
+        after = [scalar.minus(f, u) for f, u in zip(cell_free, use, strict=True)]
+        best = value.one(row, after, scalar.minus(host_free, rd.host_use), n_after)
+    if not shapes or any(f < u for f, u in zip(host_free, rd.host_use, strict=True)):
+        return best, shape
+    host_after = scalar.minus(host_free, rd.host_use)
+    for k, use in enumerate(shapes):
+        after = [scalar.minus(f, u) for f, u in zip(cell_free, use, strict=True)]
+        if any(x < 0 for cell in after for x in cell):
+            continue
+        v = value.one(row, after, host_after, n_after)
+        if v > best + EPS:
+            best, shape = v, k
+    return best, shape
