@@ -153,3 +153,20 @@ def test_defrag_plan_takes_a_scheduler_configuration(tmp_path: Path) -> None:
     result = runner.invoke(app, [*args, "--budget", "1", "--config", str(bad)])
     assert result.exit_code == 2
     assert "no_such_filter" in result.stderr
+
+
+def test_fragment_rate_target_on_the_command_line() -> None:
+    """One reference flavor, no weights; the plan moves the VM and the rate drops to 0."""
+    base = ["defrag", "plan", "--fleet", str(DATA / "cellchoice.yaml"), "--budget", "1"]
+    result = runner.invoke(app, [*base, "--target", "fragment-rate", "--flavor", "big16"])
+    assert result.exit_code == 0, result.output
+    assert "33.3%" in result.stdout
+    assert "0.0%" in result.stdout
+    two = [*base, "--target", "fragment-rate", "--flavor", "big16", "--flavor", "small8"]
+    result = runner.invoke(app, two)
+    assert result.exit_code == 2
+    assert "--flavor: the fragment-rate target takes exactly one reference flavor" in result.stderr
+    args = [*base, "--target", "fragment-rate", "--flavor", "big16", "--search-seconds", "30"]
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["after"]["capacity"] == {"big16": 3}
