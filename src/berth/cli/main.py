@@ -86,26 +86,13 @@ def _load(fleet_path: Path | None) -> tuple[Fleet, HostTable]:
 
 
 def _scheduler(profile_name: str, config_path: Path | None) -> FilterScheduler:
-    import yaml
-    from pydantic import ValidationError
+    from berth.cli.scheduler_options import load_scheduler
+    from berth.core.errors import BerthError
 
-    from berth.core.config import SchedulerConfig, profile
-    from berth.core.engine import FilterScheduler
-    from berth.fleet.io import describe_validation_error
-
-    if config_path is None:
-        return FilterScheduler.from_config(profile(profile_name))
     try:
-        raw = yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}
-    except OSError as exc:
-        _fail(f"{config_path}: cannot read ({exc.strerror})")
-    except yaml.YAMLError as exc:
-        _fail(f"{config_path}: not valid YAML: {exc}")
-    try:
-        config = SchedulerConfig.model_validate(raw)
-    except ValidationError as exc:
-        _fail(f"{config_path}: {describe_validation_error(exc)}")
-    return FilterScheduler.from_config(config)
+        return load_scheduler(profile_name, config_path)
+    except BerthError as exc:
+        _fail(str(exc))
 
 
 def _now(fleet: Fleet, now: float | None) -> float:
@@ -284,15 +271,19 @@ def capacity(
 def validate(fleet: Annotated[Path, typer.Argument(help="Fleet snapshot to check.")]) -> None:
     """Check a fleet file: schema, references, flavor specs, that every instance fits and that
     the instances keep their server groups' (anti-)affinity."""
+    from berth.core.host_state import unavailable_hosts
     from berth.fleet.io import check_server_groups
 
     with _clear_errors():
         fleet_model, table = _load(fleet)
         check_server_groups(fleet_model, str(fleet))
+        notes = unavailable_hosts(_scheduler("berth", None), table, _now(fleet_model, None))
     out.print(
         f"ok: {len(table)} hosts, {len(table.flavors)} flavors, "
         f"{len(fleet_model.instances)} instances, {len(table.groups)} server groups"
     )
+    for note in notes:  # valid, but the default filters will count these hosts for nothing
+        err.print(f"warning: {note.line(len(table))}", highlight=False, soft_wrap=True)
 
 
 @app.command()
