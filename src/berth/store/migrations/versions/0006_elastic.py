@@ -1,8 +1,8 @@
 """Elastic worker pools: groups and quotas, VMs, their state history, the command log, hook
 runs, host power; vm and group-admin token scopes (docs/elastic.md).
 
-Revision ID: 0005
-Revises: 0004
+Revision ID: 0006
+Revises: 0005
 Create Date: 2026-12-01
 """
 
@@ -14,8 +14,8 @@ from sqlalchemy.dialects import postgresql
 
 JSON = sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql")
 
-revision = "0005"
-down_revision = "0004"
+revision = "0006"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 
