@@ -238,7 +238,7 @@ def _migrate_0004_data(url: str) -> None:
     with engine.begin() as conn:
         for sql in rows:
             conn.execute(sa.text(sql))
-    upgrade(engine)
+    upgrade(engine, "0005")
     assert current_revision(engine) == "0005"
     engine.dispose()
     store = Store.open(url)
