@@ -22,6 +22,8 @@ def placement_conf(c: Cluster, logs: str) -> str:
         auth_strategy = noauth2
         [placement_database]
         connection = {c.url("placement")}
+        max_pool_size = 1
+        max_overflow = 3
         """)
 
 
@@ -41,6 +43,8 @@ def glance_conf(c: Cluster, data: str, logs: str, paste: str) -> str:
         filesystem_store_datadir = {data}/tasks
         [database]
         connection = {c.url("glance")}
+        max_pool_size = 1
+        max_overflow = 3
         [paste_deploy]
         flavor =
         config_file = {paste}
@@ -87,12 +91,19 @@ def nova_common(c: Cluster, state: str) -> str:
         """)
 
 
+# Every database section keeps at most 1 + 3 connections per process (max_pool_size,
+# max_overflow): two clusters share the machine's PostgreSQL (100 connections by default)
+# with the tests, and oslo.db's defaults (5 + 50) took 100 between them.
 def nova_db(c: Cluster) -> str:
     return textwrap.dedent(f"""\
         [api_database]
         connection = {c.url("nova_api")}
+        max_pool_size = 1
+        max_overflow = 3
         [database]
         connection = {c.url("nova")}
+        max_pool_size = 1
+        max_overflow = 3
         [quota]
         """) + QUOTA + "\n"
 
