@@ -359,7 +359,18 @@ AGG_HOSTS = [
         ({"cores": "== 8"}, ["slow", "both"]),
         ({"ssd": "<in> ru"}, ["fast", "both"]),
         ({"gpu": "<in> a100"}, ["gpu"]),
-        ({"gpu": "<all-in> a100 v100"}, ["gpu"]),
+        # Nova matches each aggregate value alone: no single value holds both words
+        ({"gpu": "<all-in> a100 v100"}, []),
+        ({"gpu": "<all-in> a100"}, ["gpu"]),
+        # `=` is Nova's numeric "at least" (nova/scheduler/filters/extra_specs_ops.py)
+        ({"cores": "= 8"}, ["fast", "slow", "both"]),
+        ({"cores": "= 16"}, ["fast", "both"]),
+        ({"cores": "= 64"}, []),
+        ({"cores": "=8"}, []),  # no space: a bare value, string-equal to "=8"
+        ({"cores": "32"}, ["fast", "both"]),  # bare: string equality, not a number
+        ({"cores": "32.0"}, []),
+        ({"cores": "== 32.0"}, ["fast", "both"]),
+        ({"ssd": "<or> maybe <or> true"}, ["fast", "both"]),
         ({"gpu": "<all-in> a100 h100"}, []),
         ({"gpu": "v100"}, ["gpu"]),
         ({"ssd": "true", "cores": ">= 16"}, ["fast", "both"]),
@@ -402,11 +413,15 @@ def test_aggregate_explain_attributes_each_host_to_first_failing_spec():
         ({"cores": ">= 16"}, ["ice", "cascade"]),
         ({"cpu_model": "s!= Icelake"}, ["cascade"]),  # 'bare' lacks the key: never matches
         ({"cpu_model": "Icelake", "cores": ">= 24"}, []),
+        ({"cores": "= 16"}, ["ice", "cascade"]),  # Nova's `=`: numeric at least
+        ({"cores": "= 20"}, ["cascade"]),
+        ({"flags": "<all-in> avx sse"}, ["ice"]),  # one value, not split at commas
+        ({"flags": "sse"}, []),
     ],
 )
 def test_compute_capabilities(specs, passed):
     hosts = [
-        host("ice", capabilities={"cpu_model": "Icelake", "cores": "16"}),
+        host("ice", capabilities={"cpu_model": "Icelake", "cores": "16", "flags": "avx,sse"}),
         host("cascade", capabilities={"cpu_model": "Cascadelake", "cores": "28"}),
         host("bare"),
     ]
