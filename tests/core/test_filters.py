@@ -163,25 +163,28 @@ RAM_HOSTS = [
     host("ratio", mem=1024, ram_ratio=2.0),
     host("reserved", mem=4096, reserved_mem=2049),
     host("two_cells", cells=2, mem=1024),
-    host("ratio_reserved", mem=2000, ram_ratio=1.5, reserved_mem=952),
+    host("ratio_reserved", mem=2024, ram_ratio=2.0, reserved_mem=1000),
+    host("reserve_first", mem=2000, ram_ratio=1.5, reserved_mem=952),
     host("ratio_floor", mem=1365, ram_ratio=1.5),
 ]
 
 
 def test_ram_filter_ratio_and_reserve():
     table = table_of(RAM_HOSTS, [flavor("f", mem=2048)])
-    # ratio_reserved: 2000 * 1.5 - 952 = 2048; ratio_floor: int(1365 * 1.5) = 2047
+    # Placement's arithmetic, (total - reserved) x ratio: ratio_reserved (2024 - 1000) x 2 =
+    # 2048; reserve_first (2000 - 952) x 1.5 = 1572 (not 2000 x 1.5 - 952 = 2048);
+    # ratio_floor int(1365 x 1.5) = 2047
     assert passing(RamFilter(), table, "f") == ["exact", "ratio", "two_cells", "ratio_reserved"]
     assert reasons(RamFilter(), table, "f") == {
-        "insufficient_ram": ["short", "reserved", "ratio_floor"]
+        "insufficient_ram": ["short", "reserved", "reserve_first", "ratio_floor"]
     }
     [(why, hosts)] = rejections(RamFilter(), table, "f")
     assert why.resource == "ram_mb"
     assert why.requested == 2048
     assert why.message == "less than 2048 MB free RAM"
     assert why.free is not None
-    assert why.free.tolist() == [2048, 2047, 2048, 2047, 2048, 2048, 2047]
-    assert hosts == ["short", "reserved", "ratio_floor"]
+    assert why.free.tolist() == [2048, 2047, 2048, 2047, 2048, 2048, 1572, 2047]
+    assert hosts == ["short", "reserved", "reserve_first", "ratio_floor"]
 
 
 def test_ram_filter_counts_existing_instances():

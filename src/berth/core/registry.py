@@ -20,9 +20,11 @@ from berth.core.filters.compute import ComputeFilter
 from berth.core.filters.compute_capabilities import ComputeCapabilitiesFilter
 from berth.core.filters.disk import DiskFilter
 from berth.core.filters.image_properties import ImagePropertiesFilter
+from berth.core.filters.max_unit import MaxUnitFilter
 from berth.core.filters.num_instances import NumInstancesFilter
 from berth.core.filters.numa_topology import NumaTopologyFilter
 from berth.core.filters.pci_passthrough import PciPassthroughFilter
+from berth.core.filters.pinned_memory import PinnedMemoryFilter
 from berth.core.filters.rack_anti_affinity import RackAntiAffinityFilter
 from berth.core.filters.ram import RamFilter
 from berth.core.filters.retry import RetryFilter
@@ -91,6 +93,8 @@ for _f in (
     NumInstancesFilter,
     TraitsFilter,
     RackAntiAffinityFilter,
+    MaxUnitFilter,
+    PinnedMemoryFilter,
 ):
     register_filter(_f)
 
