@@ -251,6 +251,8 @@ class FilterScheduler:
         scores = np.empty(m, dtype=np.float64)
         started = False
         for weigher, weight in self.weighers:
+            if weigher.minval is not None:  # Nova's scaling: `_scores` does it
+                return None
             column = weigher.column(ctx)
             if column is not None and column.dtype in _COLUMN_TYPES and column.ndim == 1:
                 status = kernels.add_scaled(column, rows, weight, scores, started)
@@ -296,8 +298,10 @@ class FilterScheduler:
                     scores += term
                 continue
             lo, hi = values[values.argmin()], values[values.argmax()]
-            if hi <= lo:  # normalise gives zeros, and x + (+-0.0) == x: nothing to add
-                continue
+            if weigher.minval is not None:
+                lo = np.float64(weigher.minval)  # Nova: (x - minval) / (max - minval)
+            if hi == lo or (hi < lo and weigher.minval is None):
+                continue  # all equal: zeros, and x + (+-0.0) == x: nothing to add
             scaled = np.subtract(values, lo)  # weight * normalise(values), in one buffer
             np.divide(scaled, hi - lo, out=scaled)
             if scores is None:

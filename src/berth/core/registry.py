@@ -41,6 +41,13 @@ from berth.core.weighers.base import HostWeigher
 from berth.core.weighers.fit import FirstFitWeigher, LeftoverWeigher
 from berth.core.weighers.fragmentation import FragmentationWeigher
 from berth.core.weighers.load import IoOpsWeigher, NumInstancesWeigher
+from berth.core.weighers.nova import (
+    NovaCpuWeigher,
+    NovaDiskWeigher,
+    NovaIoOpsWeigher,
+    NovaRamWeigher,
+    PciWeigher,
+)
 from berth.core.weighers.resources import DiskWeigher, RamWeigher, VcpuWeigher
 from berth.core.weighers.slots import SlotLossWeigher
 
@@ -107,6 +114,11 @@ for _w in (
     SoftAffinityWeigher,
     SoftAntiAffinityWeigher,
     FragmentationWeigher,
+    NovaRamWeigher,
+    NovaCpuWeigher,
+    NovaDiskWeigher,
+    NovaIoOpsWeigher,
+    PciWeigher,
 ):
     register_weigher(_w)
 register_weigher(FirstFitWeigher)
