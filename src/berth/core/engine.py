@@ -297,11 +297,13 @@ class FilterScheduler:
                 else:
                     scores += term
                 continue
-            lo, hi = values[values.argmin()], values[values.argmax()]
-            if weigher.minval is not None:
-                lo = np.float64(weigher.minval)  # Nova: (x - minval) / (max - minval)
-            if hi == lo or (hi < lo and weigher.minval is None):
-                continue  # all equal: zeros, and x + (+-0.0) == x: nothing to add
+            if weigher.minval is None:
+                lo, hi = values[values.argmin()], values[values.argmax()]
+            else:  # Nova: max(x, minval), then (x - minval) / (max - minval)
+                values = np.maximum(values, weigher.minval)
+                lo, hi = np.float64(weigher.minval), values[values.argmax()]
+            if hi <= lo:  # normalise gives zeros, and x + (+-0.0) == x: nothing to add
+                continue
             scaled = np.subtract(values, lo)  # weight * normalise(values), in one buffer
             np.divide(scaled, hi - lo, out=scaled)
             if scores is None:
