@@ -89,7 +89,12 @@ def numa_topology(h: dict[str, Any]) -> objects.NUMATopology:
                 memory=memory,
                 cpu_usage=cpu_usage,
                 memory_usage=mem_usage,
-                mempages=[],
+                # 4 KiB pages only, as libvirt reports a host without huge pages
+                mempages=[
+                    objects.NUMAPagesTopology(
+                        size_kb=4, total=memory * 256, used=mem_usage * 256, reserved=0
+                    )
+                ],
                 pinned_cpus=set(sorted(pcpuset)[:pinned]),
                 siblings=[{cpu} for cpu in sorted(cpuset | pcpuset)],  # no SMT
                 network_metadata=objects.NetworkMetadata(physnets=set(), tunneled=False),
