@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint typecheck unit quick postgres bench clean
+.PHONY: run test lint typecheck unit quick postgres nova bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +25,7 @@ $(DEV_STAMP): $(RUN_STAMP)
 run: $(RUN_STAMP)
 	$(BIN)/berth serve --load-demo --simulate-agents --print-admin-token
 
-test: $(DEV_STAMP) lint typecheck postgres unit
+test: $(DEV_STAMP) lint typecheck postgres nova unit
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check src tests benchmarks
@@ -41,7 +41,7 @@ typecheck: $(DEV_STAMP)
 TEST_WORKERS ?= auto
 PYTEST := $(BIN)/pytest -q -n $(TEST_WORKERS) --maxschedchunk 1
 
-unit: $(DEV_STAMP) postgres
+unit: $(DEV_STAMP) postgres nova
 	$(PYTEST)
 
 # The quick loop while developing: every test but the slow end-to-end ones (`make test` runs all).
@@ -51,6 +51,11 @@ quick: $(DEV_STAMP) postgres
 # The store and service tests need PostgreSQL: use a running server, else start or install one.
 postgres:
 	scripts/ensure-postgres.sh
+
+# The differential test (tests/nova/) runs Nova 34's own scheduler code from its own venv,
+# outside the repository (BERTH_NOVA_HOME, default ~/.cache/berth-nova); made once, ~1 minute.
+nova:
+	scripts/ensure-nova-venv.sh >/dev/null
 
 bench: $(RUN_STAMP)
 	$(BIN)/python benchmarks/bench_core.py

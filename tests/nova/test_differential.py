@@ -24,7 +24,7 @@ from berth.core.explain import NoValidHost
 from berth.core.filters.base import Context
 from berth.core.filters.max_unit import MaxUnitFilter
 from berth.core.flavors import NumaMode
-from berth.core.model import Fleet, Instance
+from berth.core.model import Aggregate, Fleet, Instance
 from berth.core.request import RequestSpec
 from berth.core.table import HostTable
 from tests.builders import NOW
@@ -181,7 +181,9 @@ def compare(step: dict[str, Any], nova: dict[str, Any]) -> None:
         return
     assert None not in nova_chosen, f"Nova: NoValidHost; Berth placed on {decision.hosts}"
     DECISIONS["instances"] += len(decision.hosts)
-    for berth_host, nova_host, nstep in zip(decision.hosts, nova_chosen, nova["steps"], strict=True):
+    for berth_host, nova_host, nstep in zip(
+        decision.hosts, nova_chosen, nova["steps"], strict=True
+    ):
         if berth_host != nova_host:
             w = nstep["weights"]
             assert berth_host in w, f"Berth chose {berth_host}, which Nova filtered out"
@@ -200,7 +202,7 @@ def test_berth_decides_as_nova(nova: NovaRunner, data: st.DataObject) -> None:
     n_flavors = data.draw(st.integers(2, 5), label="flavors")
     fleet = Fleet(
         now=NOW,
-        aggregates=[{"name": k, "metadata": v} for k, v in AGGREGATES.items()],  # type: ignore[misc]
+        aggregates=[Aggregate(name=k, metadata=v) for k, v in AGGREGATES.items()],
         hosts=data.draw(hosts(n_hosts), label="fleet"),
         flavors=data.draw(flavors(n_flavors), label="catalogue"),
         server_groups=list(GROUPS),
@@ -212,7 +214,9 @@ def test_berth_decides_as_nova(nova: NovaRunner, data: st.DataObject) -> None:
         try:
             compare(step, result)
         except AssertionError as exc:
-            raise AssertionError(f"request {k}: {exc}\n{step['case']['request']}\n{result}") from None
+            raise AssertionError(
+                f"request {k}: {exc}\n{step['case']['request']}\n{result}"
+            ) from None
 
 
 @pytest.mark.slow
