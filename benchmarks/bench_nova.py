@@ -31,7 +31,7 @@ from berth.core.config import SchedulerConfig, profile  # noqa: E402
 from berth.core.engine import FilterScheduler, commit  # noqa: E402
 from berth.core.explain import NoValidHost  # noqa: E402
 from berth.core.filters.base import Context  # noqa: E402
-from berth.core.model import Flavor, Fleet, Host, NumaCell  # noqa: E402
+from berth.core.model import DiskInventory, Flavor, Fleet, Host, NumaCell  # noqa: E402
 from berth.core.request import RequestSpec  # noqa: E402
 from berth.core.table import HostTable  # noqa: E402
 from provenance import machine  # noqa: E402
@@ -53,7 +53,7 @@ def fleet_of(n: int, kind: str, rng: random.Random) -> Fleet:
                 numa_cells=[NumaCell(shared_cpus=shared, dedicated_cpus=pinned, memory_mb=mem)] * 2,
                 cpu_allocation_ratio=rng.choice([1.0, 2.0, 4.0]),
                 reserved_memory_mb=4096,
-                disk={"hdd_gb": rng.choice([1000, 2000])},  # type: ignore[arg-type]
+                disk=DiskInventory(hdd_gb=rng.choice([1000, 2000])),
                 io_ops=rng.randint(0, 3),
                 last_heartbeat=NOW,
             )
