@@ -18,26 +18,26 @@ import numpy as np
 from berth.core.demand import Demand
 from berth.core.filters.base import Context, HostFilter, Mask, Rejection, Workload
 from berth.core.flavors import NumaMode
-from berth.core.resources import C_MEM, C_PCPU, C_VCPU
+from berth.core.model import DiskKind
+from berth.core.resources import C_MEM, C_PCPU, C_VCPU, H_HDD, H_MEM, H_SSD, H_VCPU
 from berth.core.table import HostTable
 
 
 def cells_ok(ok: Mask, fits: Mask, mode: NumaMode, n_cells: np.ndarray) -> Mask:
-    """Hosts where the guest's cells go only where Nova's per-cell rule allows.
+    """Hosts where no cell (or orientation) that could take the guest breaks Nova's rule.
 
     `ok[:, k, c]` / `fits[:, k, c]`: guest cell k may go to host cell c by Nova's rule / fits
-    there by Berth's columns. SINGLE: some allowed cell fits and no forbidden one does; two
-    cells: some orientation is allowed and fits, and no forbidden one fits."""
+    there by Berth's columns. SINGLE: no cell fits that Nova's rule forbids; two cells: no
+    orientation fits that it forbids. Hosts where nothing fits pass: they are another filter's
+    to reject (`numa_topology`), and room made there (defragmentation) may let the guest in."""
     real = np.arange(ok.shape[2])[None, :] < n_cells[:, None]
     if mode == NumaMode.SINGLE:
-        good, cand = ok[:, 0] & real, fits[:, 0] & real
-        out: Mask = np.any(good & cand, axis=1) & ~np.any(cand & ~good, axis=1)
-        return out
+        single: Mask = ~np.any(fits[:, 0] & real & ~ok[:, 0], axis=1)
+        return single
     straight_ok, swap_ok = ok[:, 0, 0] & ok[:, 1, 1], ok[:, 0, 1] & ok[:, 1, 0]
     straight_fit, swap_fit = fits[:, 0, 0] & fits[:, 1, 1], fits[:, 0, 1] & fits[:, 1, 0]
-    some = (straight_ok & straight_fit) | (swap_ok & swap_fit)
     bad = (straight_fit & ~straight_ok) | (swap_fit & ~swap_ok)
-    return (n_cells >= 2) & some & ~bad
+    return ~(bad & (n_cells >= 2))
 
 
 def guest_cells(d: Demand) -> np.ndarray:
@@ -54,16 +54,30 @@ class MaxUnitFilter(HostFilter):
 
     @classmethod
     def applies(cls, work: Workload) -> bool:
-        return True
+        """Static: exactly when some flavor of the run is refused by some host."""
+        table, flt = work.table, cls()
+        for spec in work.flavors:
+            d = table.demand(spec.name)
+            cpus, memory, disk = flt._host(table, d)
+            if not (cpus & memory & disk & flt._cells(table, d)).all():
+                return True
+        return False
 
     def per_host_limit(self) -> int | None:
         return None
 
     def _host(self, table: HostTable, d: Demand) -> tuple[Mask, Mask, Mask]:
-        nom, spec = table.nominal, d.spec
-        cpus = nom.host_shared >= spec.vcpus if not spec.dedicated_cpus else table.everyone()
-        memory = nom.host_memory >= spec.memory_mb if not spec.hugepages else table.everyone()
-        disk = nom.disk_gb >= spec.disk_gb
+        """vCPUs, memory, disk: at most the host's own, where the ratio'd capacity would allow
+        more (beyond the capacity, the `vcpu`, `ram` and `disk` filters reject the host)."""
+        nom, spec, cap = table.nominal, d.spec, table.host_cap
+        cpus = (nom.host_shared >= spec.vcpus) | (cap[:, H_VCPU] < spec.vcpus)
+        memory = (nom.host_memory >= spec.memory_mb) | (cap[:, H_MEM] < spec.memory_mb)
+        kind = cap[:, H_SSD] if spec.disk_kind == DiskKind.SSD else cap[:, H_HDD]
+        disk = (nom.disk_gb >= spec.disk_gb) | (kind < spec.disk_gb)
+        if spec.dedicated_cpus:
+            cpus = table.everyone()
+        if spec.hugepages:
+            memory = table.everyone()
         return cpus, memory, disk
 
     def _cells(self, table: HostTable, d: Demand) -> Mask:

@@ -27,7 +27,11 @@ class PinnedMemoryFilter(HostFilter):
 
     @classmethod
     def applies(cls, work: Workload) -> bool:
-        return any(f.dedicated_cpus and not f.hugepages for f in work.flavors)
+        """A pinned small-page flavor, and a host whose cell memory is over-committed."""
+        if not any(f.dedicated_cpus and not f.hugepages for f in work.flavors):
+            return False
+        t = work.table
+        return bool((t.cell_cap[:, :, C_MEM] > t.nominal.memory).any())
 
     def per_host_limit(self) -> int | None:
         return None
