@@ -8,7 +8,8 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 REQS="$HERE/nova/requirements.txt"
-HOME_DIR=${BERTH_NOVA_HOME:-${HOME:-/root}/.cache/berth-nova}
+USER_HOME=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
+HOME_DIR=${BERTH_NOVA_HOME:-$USER_HOME/.cache/berth-nova}
 VENV="$HOME_DIR/venv"
 PY=${PYTHON:-python3}
 
