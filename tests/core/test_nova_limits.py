@@ -12,7 +12,7 @@ from berth.core.explain import NoValidHost
 from berth.core.filters.max_unit import MaxUnitFilter
 from berth.core.filters.pinned_memory import PinnedMemoryFilter
 from berth.core.model import Flavor, Host
-from tests.builders import NOW, cell, flavor, host, instance, passing, reasons, request, table_of
+from tests.builders import NOW, cell, flavor, host, passing, reasons, request, table_of
 
 
 def decide(hosts: list[Host], flavors: list[Flavor], name: str) -> list[str]:
@@ -86,25 +86,15 @@ PINNED = [cell(pcpus=8, mem=8192), cell(pcpus=8, mem=8192)]
 
 def test_a_pinned_guest_does_not_over_commit_memory():
     # 8192 MB cells, RAM ratio 1.5: 12,288 MB of room per cell for shared guests, but a pinned
-    # 10,240 MB guest exceeds the cell's memory
+    # 10,240 MB guest exceeds the cell's memory (Nova: NoValidHost)
+    p = flavor("p", vcpus=2, mem=10240, pinned=True)
     with pytest.raises(NoValidHost):
-        decide(
-            [host("h", numa=PINNED, ram_ratio=1.5)],
-            [flavor("p", vcpus=2, mem=10240, pinned=True)],
-            "p",
-        )
-    # a shared guest has used 6144 MB of cell 0 and cell 1; 3072 MB pinned still fits only
-    # without over-commit: 8192 - 6144 = 2048 < 3072
-    numa = [cell(vcpus=4, pcpus=4, mem=8192), cell(vcpus=4, pcpus=4, mem=8192)]
-    flavors = [
-        flavor("s", vcpus=2, mem=12288, numa=2),
-        flavor("p", vcpus=2, mem=3072, pinned=True),
-    ]
-    table = table_of(
-        [host("h", numa=numa, ram_ratio=1.5)], flavors, instances=[instance("i", "h", "s")]
-    )
-    assert passing(PinnedMemoryFilter(), table, "p") == []
-    assert reasons(PinnedMemoryFilter(), table, "p") == {"pinned_memory": ["h"]}
-    ok = [flavor("s", vcpus=2, mem=8192, numa=2), flavors[1]]
-    table = table_of([host("h", numa=numa, ram_ratio=1.5)], ok, instances=[instance("i", "h", "s")])
-    assert passing(PinnedMemoryFilter(), table, "p") == ["h"]
+        decide([host("h", numa=PINNED, ram_ratio=1.5)], [p], "p")
+    # Berth keeps pinned guests off hosts whose cell memory is over-committed at all: its cell
+    # rule counts by the ratio'd memory (filters/pinned_memory.py)
+    small = flavor("p", vcpus=2, mem=2048, pinned=True)
+    hosts = [host("over", numa=PINNED, ram_ratio=1.5), host("plain", numa=PINNED)]
+    table = table_of(hosts, [small, flavor("s", vcpus=1, mem=2048)])
+    assert passing(PinnedMemoryFilter(), table, "p") == ["plain"]
+    assert reasons(PinnedMemoryFilter(), table, "p") == {"pinned_memory": ["over"]}
+    assert passing(PinnedMemoryFilter(), table, "s") == ["over", "plain"]

@@ -56,8 +56,8 @@ def hosts(draw: st.DrawFn, n: int) -> list[Host]:
                 f"h{i}",
                 numa=[cell(vcpus=shared, pcpus=pinned, mem=mem)] * cells,
                 cpu_ratio=draw(st.sampled_from([1.0, 2.0, 4.0, 16.0])),
-                # pinned CPUs: RAM ratio 1 (filters/pinned_memory.py: with a ratio above 1 and
-                # cells used unevenly, Berth may refuse a host where Nova picks the other cell)
+                # pinned CPUs: RAM ratio 1 (filters/pinned_memory.py: Berth keeps pinned guests
+                # off hosts with a RAM ratio above 1, where Nova may still place them)
                 ram_ratio=draw(st.sampled_from([1.0, 1.0, 1.5, 2.0])) if not pinned else 1.0,
                 disk_ratio=draw(st.sampled_from([1.0, 2.0])),
                 reserved_mem=draw(st.sampled_from([0, 512, 2048])),

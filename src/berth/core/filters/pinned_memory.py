@@ -1,28 +1,30 @@
-"""A pinned guest's memory is not over-committed (Nova's NUMA fit).
+"""A pinned guest's memory is never over-committed (Nova's NUMA fit, made static).
 
 Nova checks a dedicated-CPU guest cell's memory against the host cell's memory less what every
 guest there uses, without the RAM allocation ratio (`_numa_fit_instance_cell`: `avail_memory`),
 while shared guests may fill the cell up to memory x ratio. Berth's cell column holds the
-ratio'd amount, so on a host with a RAM ratio above 1 this filter adds the plain check. Cells a
-guest could be placed in by Berth's rule must all pass (as in `max_unit`); a flexible split
-(Berth's own) needs hosts whose cells have no over-commit left.
+ratio'd amount, and its cell rule counts and places by it, so a pinned small-page guest goes
+only to hosts whose cell memory is not over-committed (RAM ratio at most 1). Static: capacity
+counts stay exact (docs/numa.md). Nova would also place it on an over-committed host while the
+plain memory lasts; Berth refuses (docs/scheduling.md).
 """
 
 from __future__ import annotations
 
-import numpy as np
-
 from berth.core.filters.base import Context, HostFilter, Mask, Rejection, Workload
-from berth.core.filters.max_unit import cells_ok, guest_cells
-from berth.core.flavors import NumaMode
-from berth.core.resources import C_MEM, C_PCPU
+from berth.core.resources import C_MEM
+from berth.core.table import HostTable
+
+
+def _overcommitted(table: HostTable) -> Mask:
+    out: Mask = (table.cell_cap[:, :, C_MEM] > table.nominal.memory).any(axis=1)
+    return out
 
 
 class PinnedMemoryFilter(HostFilter):
     name = "pinned_memory"
-    static = False
     kind = "resource"
-    relaxable_by_eviction = True
+    relaxable_by_eviction = False
     implied_by_count = False
 
     @classmethod
@@ -30,35 +32,20 @@ class PinnedMemoryFilter(HostFilter):
         """A pinned small-page flavor, and a host whose cell memory is over-committed."""
         if not any(f.dedicated_cpus and not f.hugepages for f in work.flavors):
             return False
-        t = work.table
-        return bool((t.cell_cap[:, :, C_MEM] > t.nominal.memory).any())
+        return bool(_overcommitted(work.table).any())
 
     def per_host_limit(self) -> int | None:
         return None
 
     def mask(self, ctx: Context) -> Mask:
-        d, table = ctx.demand, ctx.table
-        if not d.spec.dedicated_cpus or d.spec.hugepages or d.mode == NumaMode.NONE:
-            return table.everyone()
-        g = guest_cells(d)
-        used = table.cell_cap[:, :, C_MEM] - ctx.cell_free[:, :, C_MEM]
-        plain = table.nominal.memory - used  # (n, cells): free memory without the ratio
-        if d.mode == NumaMode.FLEX:  # Berth's split may take any cell's free memory
-            flex: Mask = np.all(plain >= ctx.cell_free[:, :, C_MEM], axis=1)
-            return flex
-        ok = plain[:, None, :] >= g[None, :, 1, None]
-        fits = (ctx.cell_free[:, None, :, C_PCPU] >= g[None, :, 0, None]) & (
-            ctx.cell_free[:, None, :, C_MEM] >= g[None, :, 1, None]
-        )
-        return cells_ok(ok, fits, d.mode, table.n_cells)
+        spec = ctx.demand.spec
+        if not spec.dedicated_cpus or spec.hugepages:
+            return ctx.table.everyone()
+        ok: Mask = ~_overcommitted(ctx.table)
+        return ok
 
     def explain(self, ctx: Context, failed: Mask) -> list[tuple[Rejection, Mask]]:
-        need = int(guest_cells(ctx.demand)[:, 1].max())
         why = Rejection(
-            "pinned_memory",
-            f"no NUMA cell has {need} MB free without over-commit for a pinned guest",
-            "memory_mb",
-            need,
-            np.zeros(len(ctx.table)),
+            "pinned_memory", "a pinned guest's memory may not be over-committed (RAM ratio > 1)"
         )
         return [(why, failed)]
