@@ -11,13 +11,15 @@ plain memory lasts; Berth refuses (docs/scheduling.md).
 
 from __future__ import annotations
 
+import numpy as np
+
 from berth.core.filters.base import Context, HostFilter, Mask, Rejection, Workload
 from berth.core.resources import C_MEM
 from berth.core.table import HostTable
 
 
 def _overcommitted(table: HostTable) -> Mask:
-    out: Mask = (table.cell_cap[:, :, C_MEM] > table.nominal.memory).any(axis=1)
+    out: Mask = np.any(table.cell_cap[:, :, C_MEM] > table.nominal.memory, axis=1)
     return out
 
 
