@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+import defrag_budget
 from berth.core.config import profile
 from berth.core.defrag import Budget, Objective, Plan, Target, check_plan, plan_defrag
 from berth.core.engine import FilterScheduler
@@ -564,6 +565,14 @@ def markdown(result: dict[str, Any], plot_name: str | None) -> str:
             )
         if plot_name:
             lines += ["", f"![capacity vs migrations]({plot_name})"]
+    if result.get("budget"):
+        at = lines.index(
+            "## Fragmented fleets: capacity for the large flavors, 3 % migration budget"
+        )
+        section = defrag_budget.markdown(
+            result["budget"], result.get("budget_times", []), result["bound_limit"]
+        )
+        lines[at - 1 : at - 1] = section
     lines.append("")
     return "\n".join(lines)
 
@@ -634,6 +643,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/defrag.md")
     parser.add_argument("--gap-limit", type=float, default=20.0, help="seconds per exact solve")
     parser.add_argument(
+        "--bound-limit", type=float, default=60.0, help="seconds per relaxed bound (budget curves)"
+    )
+    parser.add_argument(
+        "--budget-only", action="store_true", help="only the budget sections (a partial file)"
+    )
+    parser.add_argument(
         "--reference", metavar="REV", help="also time the planner of this git revision (same plans)"
     )
     args = parser.parse_args(argv)
@@ -649,6 +664,18 @@ def main(argv: list[str] | None = None) -> int:
         "load_start": load_start,
         "gap_limit": args.gap_limit,
     }
+    budget_sizes = (300,) if args.quick else (300, 1000)
+    result["bound_limit"] = args.bound_limit
+    result["budget"] = defrag_budget.curves(budget_sizes, args.bound_limit)
+    timing_sizes = (1000,) if args.quick else (1000, 10000)
+    result["budget_times"] = defrag_budget.timings(timing_sizes, 0.03, 1 if args.quick else 3)
+    if args.budget_only:
+        result["fleets"], result["curve"] = {}, []
+        result["gaps"] = result["gaps_empty"] = {"rows": []}
+        result["load_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+        args.out.write_text(markdown(result, None), encoding="utf-8")
+        print(f"wrote {args.out}")
+        return 0
     fleets = synthetic(sizes, repeats=3)
     if not args.quick:
         fleets.update(simulated(repeats=3))

@@ -134,10 +134,11 @@ class _Reference(_Planner):
         rows = rows[fit == fit.min()]
         return int(rows[np.argmin(self.tie[rows])])
 
-    def move(self, alloc: Allocation, row: int) -> None:
+    def move(self, alloc: Allocation, row: int, cell_use: I64 | None = None) -> None:
         work = self.work
         name = work.names[row]
-        cell_use, host_use = work.plan_for(alloc.flavor, row)
+        planned, host_use = work.plan_for(alloc.flavor, row)
+        cell_use = planned if cell_use is None else cell_use  # the search states its shape
         self.journal.migrate(alloc, name, cell_use, host_use)
         self.steps.append(Step(alloc, name, cell_use, host_use))
         src = work.index[alloc.host]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from berth.fleet.demo import DEMO_NOW
 from berth.store.repo import Store
@@ -117,6 +119,55 @@ def test_far_future_report_is_refused_and_changes_nothing(env: Env):
     assert ok.json()["applied"], ok.text
     later = env.post(REPORT, {"timestamp": DEMO_NOW + skew}, "operator")
     assert later.json()["applied"], later.text
+
+
+def _table_beat(env: Env, host: str) -> float:
+    view = env.replica.clusters[env.replica.host_cluster[host]]
+    return float(view.table.heartbeat[view.table.index[host]])
+
+
+def test_a_far_future_heartbeat_stored_earlier_is_healed(env: Env):
+    """A year-2500 heartbeat written before reports were checked: on load the host counts as
+    down (not alive until 2500), it stops no replica's heartbeat refresh, and the host's next
+    real report replaces it (and every later one counts again)."""
+    host, other = "std-az1-000", "dpdk-az1-000"
+    with env.store.engine.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE hosts SET last_heartbeat = 16725225600.0, report_ts = 16725225600.0 "
+                "WHERE name = :h"
+            ),
+            {"h": host},
+        )
+    env.replica.reload()
+    assert math.isnan(_table_beat(env, host))  # no valid heartbeat: down, not alive for ages
+    env.store.report(other, DEMO_NOW + 1, None)  # another host's beat still reaches the cache
+    env.replica.refresh_heartbeats()
+    assert _table_beat(env, other) == DEMO_NOW + 1
+    first = env.post(
+        f"/v1/hosts/{host}/reports", {"timestamp": DEMO_NOW - 10, "instances": []}, "operator"
+    )
+    assert first.status_code == 200, first.text
+    assert first.json()["applied"], first.text
+    assert first.json()["last_heartbeat"] == DEMO_NOW - 10
+    assert _table_beat(env, host) == DEMO_NOW - 10
+    assert env.get(f"/v1/hosts/{host}").json()["last_heartbeat"] == DEMO_NOW - 10
+    older = env.post(f"/v1/hosts/{host}/reports", {"timestamp": DEMO_NOW - 20}, "operator")
+    assert not older.json()["applied"]  # ordinary ordering again
+    later = env.post(f"/v1/hosts/{host}/reports", {"timestamp": DEMO_NOW}, "operator")
+    assert later.json()["applied"]
+    assert _table_beat(env, host) == DEMO_NOW
+
+
+def test_simulated_agents_heal_a_far_future_heartbeat(env: Env):
+    host = "std-az1-000"
+    with env.store.engine.begin() as conn:
+        conn.execute(
+            text("UPDATE hosts SET last_heartbeat = 16725225600.0 WHERE name = :h"), {"h": host}
+        )
+    touched = env.store.touch_heartbeats(DEMO_NOW + 30, 60.0, max_skew=300.0)
+    assert touched > 1  # the freshest valid heartbeat, not 2500, sets which hosts are alive
+    assert env.store.get_host(host).host.last_heartbeat == DEMO_NOW + 30
 
 
 # ---------------------------------------------------------------------------- tenant isolation

@@ -5,7 +5,7 @@ from __future__ import annotations
 from berth.core.model import Aggregate, Flavor, Fleet, Host, NumaCell, PciAlias, ServerGroup
 from berth.core.table import HostTable
 from berth.store.footprint import to_named
-from berth.store.repo import HostCapacity, NewInstance, Store
+from berth.store.repo import HostCapacity, NewInstance, Store, set_key
 
 NOW = 1_800_000_000.0
 
@@ -100,7 +100,7 @@ def claim_one(
             )
         ],
         host_generations={host_name: gen},
-        group_generations={group: group_generation} if group else {},
+        group_generations={set_key(project, group): group_generation} if group else {},
         capacities={
             host_name: HostCapacity(
                 table.cell_cap[row].copy(), table.host_cap[row].copy(), list(table.device_types)

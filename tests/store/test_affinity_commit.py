@@ -52,7 +52,7 @@ def _claim(store: Store, placement: str, hosts: Sequence[str]) -> None:
         placement_id=placement,
         instances=new,
         host_generations={h: store.get_host(h).generation for h in set(hosts)},
-        group_generations={"aff": group.generation},
+        group_generations={group.key: group.generation},
         capacities=caps,
     )
 
@@ -66,7 +66,7 @@ def test_an_affinity_set_is_refused_a_second_host_even_in_another_cluster(store:
             _claim(store, "p-2", elsewhere)
         assert store.counts() == counts
     _claim(store, "p-3", ["h-c1-0"])  # its own host takes more members
-    assert sorted(store.group_members("aff")) == ["p-1-0", "p-3-0"]
+    assert sorted(store.group_members("default", "aff")) == ["p-1-0", "p-3-0"]
 
 
 def test_the_first_members_of_an_affinity_set_go_to_one_host(store: Store) -> None:
@@ -76,4 +76,4 @@ def test_the_first_members_of_an_affinity_set_go_to_one_host(store: Store) -> No
         _claim(store, "p-1", ["h-c1-0", "h-c2-0"])
     assert store.counts() == counts
     _claim(store, "p-2", ["h-c2-0", "h-c2-0"])
-    assert sorted(store.group_members("aff")) == ["p-2-0", "p-2-1"]
+    assert sorted(store.group_members("default", "aff")) == ["p-2-0", "p-2-1"]

@@ -85,7 +85,7 @@ def _claim(store: Store, step: dict[str, Any], k: int) -> None:
     groups = {}
     if step["group"] is not None:
         current = {g.id: g.generation for g in store.list_groups()}[step["group"]]
-        groups[step["group"]] = current + (1 if step["stale_group"] else 0)
+        groups[f"default/{step['group']}"] = current + (1 if step["stale_group"] else 0)
     idem = None
     if step["key"] is not None:
         idem = Idempotent("token:t", step["key"], "digest", 201, {"step": k})

@@ -52,7 +52,7 @@ def loaded(store: Store, n: int = 4) -> None:
 
 def test_migrations_match_the_schema_and_are_idempotent(store):
     upgrade(store.engine)
-    assert current_revision(store.engine) == "0004"
+    assert current_revision(store.engine) == "0005"
     with store.engine.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), metadata) == []
 
@@ -143,7 +143,7 @@ def test_deployment_set_rules_are_reverified(store):
         claim_one(store, fleet, "s-2", "h-c1-3", group="small", group_generation=1)
     assert audit(store) == []
     with pytest.raises(InUseError):
-        store.delete_group("web")
+        store.delete_group("default", "web")
 
 
 def _two_host_claim(store: Store, gens: dict[str, int], network: str | None = None) -> None:
@@ -161,7 +161,7 @@ def _two_host_claim(store: Store, gens: dict[str, int], network: str | None = No
         placement_id="p-two",
         instances=new,
         host_generations=gens,
-        group_generations={"web": 0},
+        group_generations={"default/web": 0},
         capacities=caps,
         outcome=Outcome("success", "placed", "p4", "default", 2, 1.0),
     )
@@ -405,6 +405,27 @@ def test_a_heartbeat_that_revives_a_host_is_an_event(store, previous, timestamp,
     assert store.get_host("h-c1-0").host.last_heartbeat == max(previous, timestamp)
 
 
+def test_a_stored_far_future_heartbeat_gives_way_to_real_ones(store):
+    """One written before reports were checked (year 2500): a report within the skew replaces
+    it (and revives the host), and the simulated agents' bulk heartbeat heals it too."""
+    loaded(store)
+    poisoned = 16725225600.0
+    for name in ("h-c1-0", "h-c1-1"):
+        store.report(name, poisoned, {"instances": [], "used": None})
+    assert not store.report("h-c1-0", NOW, None)  # without a limit, the poisoned one wins
+    before = store.latest_event_id()
+    assert store.report(
+        "h-c1-0", NOW, {"instances": [], "used": None}, down_after=60.0, not_after=NOW + 300
+    )
+    rec = store.get_host("h-c1-0")
+    assert (rec.host.last_heartbeat, rec.report_ts) == (NOW, NOW)
+    assert [e.kind for e in store.events_after(before)] == ["host_alive"]
+    store.report("h-c1-2", NOW - 5, None)
+    assert store.touch_heartbeats(NOW + 10, 60.0, max_skew=300.0) >= 2
+    assert store.get_host("h-c1-1").host.last_heartbeat == NOW + 10
+    assert store.get_host("h-c1-2").host.last_heartbeat == NOW + 10
+
+
 def test_host_state_changes_bump_generation(store):
     loaded(store)
     ev = store.set_host_enabled("h-c1-1", False)
@@ -477,7 +498,7 @@ def test_snapshot_is_complete(store):
     assert snap.last_event_id == store.latest_event_id()
     assert {h.host.name for h in snap.hosts} == {f"h-c1-{i}" for i in range(4)}
     assert [i.id for i in snap.instances] == ["vm-1"]
-    assert snap.groups["web"].generation == 1
+    assert snap.groups["default/web"].generation == 1
     assert [a.name for a in snap.pci_aliases] == ["a100"]
 
 

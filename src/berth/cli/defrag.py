@@ -13,25 +13,21 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
-import numpy as np
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from berth.cli.names import MAX_ADMISSION, PROFILES
 from berth.cli.tables import print_table
-from berth.core.config import PROFILES, profile
-from berth.core.defrag import Budget, Move, Objective, Plan, Target, plan_defrag
-from berth.core.defrag.admit import MAX_ADMISSION, Admission, fitting, plan_admission
-from berth.core.engine import FilterScheduler
-from berth.core.errors import BerthError
-from berth.core.model import Fleet
-from berth.core.request import RequestSpec
-from berth.core.table import HostTable
-from berth.fleet.demo import demo_fleet_path
-from berth.fleet.io import describe_validation_error, load_fleet
+
+if TYPE_CHECKING:  # the commands import the core inside: `berth --help` loads no numpy
+    from berth.core.defrag import Budget, Move, Plan, Target
+    from berth.core.defrag.admit import Admission
+    from berth.core.engine import FilterScheduler
+    from berth.core.model import Fleet
+    from berth.core.table import HostTable
 
 out = Console()
 err = Console(stderr=True)
@@ -64,15 +60,40 @@ NowOpt = Annotated[
 ]
 
 
-def _load(fleet: Path | None, profile_name: str) -> tuple[Fleet, HostTable, FilterScheduler]:
-    """The fleet snapshot (default: the demo fleet), its table, and the named scheduler."""
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--config", "-c", help="Scheduler configuration file (YAML); overrides --profile."
+    ),
+]
+
+
+def _load(
+    fleet: Path | None, profile_name: str, config: Path | None = None
+) -> tuple[Fleet, HostTable, FilterScheduler]:
+    """The fleet snapshot (default: the demo fleet), its table, and the scheduler (the
+    configuration file when given, else the named profile)."""
+    from berth.cli.scheduler_options import load_scheduler
+    from berth.core.errors import BerthError
+    from berth.core.table import HostTable
+    from berth.fleet.demo import demo_fleet_path
+    from berth.fleet.io import load_fleet
+
     try:
         snapshot = load_fleet(fleet if fleet is not None else demo_fleet_path())
         table = HostTable.from_fleet(snapshot)
-        scheduler = FilterScheduler.from_config(profile(profile_name))
+        scheduler = load_scheduler(profile_name, config)
     except BerthError as exc:
-        _fail(str(exc).replace("unknown profile", "--profile: unknown profile"))
+        _fail(str(exc))
     return snapshot, table, scheduler
+
+
+def _warn_unavailable(scheduler: FilterScheduler, table: HostTable, when: float) -> None:
+    """Say why hosts count for nothing (disabled, down, never reported a heartbeat)."""
+    from berth.core.host_state import unavailable_hosts
+
+    for note in unavailable_hosts(scheduler, table, when):
+        err.print(f"note: {note.line(len(table))}", highlight=False, soft_wrap=True)
 
 
 def _target(
@@ -83,6 +104,11 @@ def _target(
     drain: list[str],
     keep_traits: list[str],
 ) -> Target:
+    from pydantic import ValidationError
+
+    from berth.core.defrag import Objective, Target
+    from berth.fleet.io import describe_validation_error
+
     try:
         kind = Objective(objective)
     except ValueError:
@@ -95,6 +121,10 @@ def _target(
             _fail(f"--drain: unknown host {name!r}")
     if kind is Objective.EMPTY_HOSTS and flavors:
         _fail("--flavor: the empty-hosts target takes no flavors")
+    if kind is Objective.FRAGMENT_RATE and len(flavors) != 1:
+        _fail("--flavor: the fragment-rate target takes exactly one reference flavor")
+    if kind is Objective.FRAGMENT_RATE and weights:
+        _fail("--weight: the fragment-rate target takes no weights")
     if weights and len(weights) != len(flavors):
         _fail("--weight: give one weight per --flavor")
     try:
@@ -110,6 +140,10 @@ def _target(
 
 
 def _budget(budget: int, per_host: int | None, concurrent: int) -> Budget:
+    from pydantic import ValidationError
+
+    from berth.core.defrag import Budget
+
     try:
         return Budget(max_migrations=budget, max_per_host=per_host, max_concurrent=concurrent)
     except ValidationError as exc:
@@ -127,6 +161,8 @@ def _print_moves(plan: Plan, table: HostTable) -> None:
 
 
 def _moves_table(planned: Sequence[Move], table: HostTable) -> None:
+    import numpy as np
+
     moves = Table(title=f"{len(planned)} live migrations in {planned[-1].wave + 1} waves")
     for column in ("step", "wave", "instance", "flavor", "from", "to", "cells"):
         moves.add_column(column, justify="right" if column in ("step", "wave") else "left")
@@ -170,7 +206,12 @@ def plan_command(
     budget: Annotated[int, typer.Option("--budget", help="Most migrations in the plan.")],
     fleet: FleetOpt = None,
     target: Annotated[
-        str, typer.Option("--target", help="capacity (of --flavor ...) or empty-hosts.")
+        str,
+        typer.Option(
+            "--target",
+            help="capacity (of --flavor ...), fragment-rate (of one reference --flavor) or "
+            "empty-hosts.",
+        ),
     ] = "capacity",
     flavor: Annotated[
         list[str] | None,
@@ -192,6 +233,7 @@ def plan_command(
         int, typer.Option("--concurrent", help="Moves in flight at once (wave size).")
     ] = 1,
     profile_name: ProfileOpt = "berth",
+    config: ConfigOpt = None,
     exact: Annotated[
         bool, typer.Option("--exact", help="Also solve the exact optimum (small fleets).")
     ] = False,
@@ -199,6 +241,15 @@ def plan_command(
         float, typer.Option("--time-limit", help="Seconds for the exact solver.")
     ] = 60.0,
     seed: Annotated[int, typer.Option("--seed", help="Tie-breaking seed.")] = 0,
+    search_seconds: Annotated[
+        float | None,
+        typer.Option(
+            "--search-seconds",
+            min=0.0,
+            help="Stop improving the plan after this many seconds (default: when no move "
+            "or pair of moves gains); the plan found by then is returned.",
+        ),
+    ] = None,
     now: NowOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
     out_path: Annotated[
@@ -206,13 +257,25 @@ def plan_command(
     ] = None,
 ) -> None:
     """Plan live migrations that restore large-flavor capacity or empty hosts."""
-    snapshot, table, scheduler = _load(fleet, profile_name)
+    from berth.core import jit
+    from berth.core.defrag import plan_defrag
+    from berth.core.errors import BerthError
+
+    snapshot, table, scheduler = _load(fleet, profile_name, config)
     goal = _target(table, target, flavor or [], weight or [], drain or [], keep_trait or [])
     limits = _budget(budget, per_host, concurrent)
     when = now if now is not None else snapshot.now if snapshot.now is not None else time.time()
+    _warn_unavailable(scheduler, table, when)
     try:
+        jit.prepare()  # compiled (or loaded from the cache) before the search's clock starts
         started = time.perf_counter()
-        result = plan_defrag(table, goal, limits, scheduler=scheduler, now=when, seed=seed)
+        stop = None
+        if search_seconds is not None:
+            deadline = started + search_seconds
+            stop = lambda: time.perf_counter() >= deadline  # noqa: E731  (the edge owns the clock)
+        result = plan_defrag(
+            table, goal, limits, scheduler=scheduler, now=when, seed=seed, should_stop=stop
+        )
         elapsed = time.perf_counter() - started
         exact_info = (
             _exact(table, goal, limits, scheduler, when, time_limit, result) if exact else None
@@ -279,12 +342,19 @@ def admit_command(
     ] = None,
     keep_trait: KeepTraitOpt = None,
     profile_name: ProfileOpt = "berth",
+    config: ConfigOpt = None,
     now: NowOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Which live migrations would let one instance of FLAVOR fit (docs/simulator.md,
     "Admission by migration"); nothing is changed."""
-    snapshot, table, scheduler = _load(fleet, profile_name)
+    import numpy as np
+
+    from berth.core.defrag.admit import fitting, plan_admission
+    from berth.core.errors import BerthError
+    from berth.core.request import RequestSpec
+
+    snapshot, table, scheduler = _load(fleet, profile_name, config)
     if flavor not in table.flavors:
         _fail(f"--flavor: unknown flavor {flavor!r}")
     when = now if now is not None else snapshot.now if snapshot.now is not None else time.time()

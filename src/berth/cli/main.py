@@ -12,27 +12,19 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-import yaml
-from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from berth.cli.schedule import capacity_by_topology
+from berth.cli.names import PROFILES
 from berth.cli.tables import print_table
-from berth.core.capacity import capacity_matrix, totals_by_aggregate, totals_by_zone
-from berth.core.config import PROFILES, SchedulerConfig, profile
-from berth.core.engine import Decision, FilterScheduler
-from berth.core.errors import BerthError
-from berth.core.explain import NoValidHost
-from berth.core.model import Fleet
-from berth.core.registry import FILTERS, WEIGHERS
-from berth.core.request import RequestSpec
-from berth.core.table import HostTable
-from berth.fleet.demo import demo_fleet_path
-from berth.fleet.io import check_server_groups, describe_validation_error, load_fleet
+
+if TYPE_CHECKING:  # the commands import the core inside: `berth --help` loads no numpy
+    from berth.core.engine import Decision, FilterScheduler
+    from berth.core.model import Fleet
+    from berth.core.table import HostTable
 
 app = typer.Typer(
     help="Berth: VM placement and capacity for private clouds.",
@@ -76,6 +68,8 @@ def _fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
 @contextmanager
 def _clear_errors() -> Iterator[None]:
     """Bad input becomes one line on stderr and exit code 2, never a traceback."""
+    from berth.core.errors import BerthError
+
     try:
         yield
     except BerthError as exc:
@@ -83,24 +77,22 @@ def _clear_errors() -> Iterator[None]:
 
 
 def _load(fleet_path: Path | None) -> tuple[Fleet, HostTable]:
+    from berth.core.table import HostTable
+    from berth.fleet.demo import demo_fleet_path
+    from berth.fleet.io import load_fleet
+
     fleet = load_fleet(fleet_path if fleet_path is not None else demo_fleet_path())
     return fleet, HostTable.from_fleet(fleet)
 
 
 def _scheduler(profile_name: str, config_path: Path | None) -> FilterScheduler:
-    if config_path is None:
-        return FilterScheduler.from_config(profile(profile_name))
+    from berth.cli.scheduler_options import load_scheduler
+    from berth.core.errors import BerthError
+
     try:
-        raw = yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}
-    except OSError as exc:
-        _fail(f"{config_path}: cannot read ({exc.strerror})")
-    except yaml.YAMLError as exc:
-        _fail(f"{config_path}: not valid YAML: {exc}")
-    try:
-        config = SchedulerConfig.model_validate(raw)
-    except ValidationError as exc:
-        _fail(f"{config_path}: {describe_validation_error(exc)}")
-    return FilterScheduler.from_config(config)
+        return load_scheduler(profile_name, config_path)
+    except BerthError as exc:
+        _fail(str(exc))
 
 
 def _now(fleet: Fleet, now: float | None) -> float:
@@ -160,6 +152,12 @@ def _run_place(
     now: float | None,
     as_json: bool,
 ) -> None:
+    from pydantic import ValidationError
+
+    from berth.core.explain import NoValidHost
+    from berth.core.request import RequestSpec
+    from berth.fleet.io import describe_validation_error
+
     with _clear_errors():
         fleet, table = _load(fleet_path)
         scheduler = _scheduler(profile_name, config)
@@ -228,6 +226,9 @@ def capacity(
     policy: Annotated[Path | None, typer.Option(help="Policy file (with --topology).")] = None,
 ) -> None:
     """How many more instances of each flavor fit, NUMA-exactly."""
+    from berth.cli.schedule import capacity_by_topology
+    from berth.core.capacity import capacity_matrix, totals_by_aggregate, totals_by_zone
+
     if topology is not None or policy is not None:
         return capacity_by_topology(topology, policy, by, flavor, now, as_json)
     if by not in ("flavor", "zone", "aggregate", "host"):
@@ -270,18 +271,25 @@ def capacity(
 def validate(fleet: Annotated[Path, typer.Argument(help="Fleet snapshot to check.")]) -> None:
     """Check a fleet file: schema, references, flavor specs, that every instance fits and that
     the instances keep their server groups' (anti-)affinity."""
+    from berth.core.host_state import unavailable_hosts
+    from berth.fleet.io import check_server_groups
+
     with _clear_errors():
         fleet_model, table = _load(fleet)
         check_server_groups(fleet_model, str(fleet))
+        notes = unavailable_hosts(_scheduler("berth", None), table, _now(fleet_model, None))
     out.print(
         f"ok: {len(table)} hosts, {len(table.flavors)} flavors, "
         f"{len(fleet_model.instances)} instances, {len(table.groups)} server groups"
     )
+    for note in notes:  # valid, but the default filters will count these hosts for nothing
+        err.print(f"warning: {note.line(len(table))}", highlight=False, soft_wrap=True)
 
 
 @app.command()
 def plugins(as_json: JsonOpt = False) -> None:
     """List the filters and weighers available to a scheduler configuration."""
+    from berth.core.registry import FILTERS, WEIGHERS
 
     def doc(cls: Callable[..., Any]) -> str:
         text = (sys.modules[cls.__module__].__doc__ or "").strip().splitlines()
@@ -321,6 +329,8 @@ def demo(
     """Place on the bundled demo fleet and print the remaining capacity by zone."""
     if ctx.invoked_subcommand is not None:
         return
+    from berth.fleet.demo import demo_fleet_path
+
     out.print(f"[bold]Demo fleet:[/] {demo_fleet_path()}")
     _run_place(None, flavor, count, 0, None, None, "berth", None, None, False)
     capacity(

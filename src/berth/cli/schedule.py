@@ -14,17 +14,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from berth.cli.names import BusinessChoice
 from berth.cli.tables import print_table
-from berth.core.errors import BerthError
-from berth.fleet.io import describe_validation_error
-from berth.policy.model import Business
-from berth.policy.outcome import Failure, Placement, ScheduleRequest
 
-if TYPE_CHECKING:  # the engine (SciPy for its bounds) loads when a command runs: a fast --help
+if TYPE_CHECKING:  # the policy layer loads when a command runs: a fast --help
+    from berth.policy.outcome import Failure, Placement
     from berth.policy.pipeline import PolicyEngine
 
 out = Console()
@@ -136,8 +133,9 @@ def schedule(
     flavor: Annotated[str, typer.Option("--flavor", help="Base flavor, e.g. v.c3.large.")],
     count: Annotated[int, typer.Option("--count", "-n", min=1, max=1000)] = 1,
     business: Annotated[
-        Business, typer.Option("--business", "-b", help="on-demand, auto-scaling, preemptible.")
-    ] = Business.ON_DEMAND,
+        BusinessChoice,
+        typer.Option("--business", "-b", help="on-demand, auto-scaling, preemptible."),
+    ] = BusinessChoice.ON_DEMAND,
     deployment_set: Annotated[
         str | None, typer.Option("--deployment-set", "-d", help="Deployment set name.")
     ] = None,
@@ -154,13 +152,20 @@ def schedule(
 ) -> None:
     """Place COUNT x FLAVOR in REGION for a business type: cluster, pool, variant, hosts and
     evictions, or the explained failure (exit 1). Nothing is written back."""
+    from pydantic import ValidationError
+
+    from berth.core.errors import BerthError
+    from berth.fleet.io import describe_validation_error
+    from berth.policy.model import Business
+    from berth.policy.outcome import Failure, Placement, ScheduleRequest
+
     try:
         engine, topo_now = load_engine(topology, policy)
         request = ScheduleRequest(
             region=region,
             flavor=flavor,
             count=count,
-            business=business,
+            business=Business(business.value),
             user=user,
             deployment_set=deployment_set,
             image=image,
@@ -194,6 +199,8 @@ def capacity_by_topology(
     as_json: bool,
 ) -> None:
     """`berth capacity --topology`: remaining instances per (flavor, variant), grouped."""
+    from berth.core.errors import BerthError
+
     if by not in CAPACITY_BY:
         _fail(f"--by: with --topology must be one of {', '.join(CAPACITY_BY)}, not {by!r}")
     try:

@@ -7,13 +7,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-import yaml
-from pydantic import ValidationError
 
+from berth.cli.names import PROFILES
 from berth.cli.service_options import DEFAULT_DATA_DIR, DataDirOpt, DbOpt, db_url, fail, out
-from berth.core.config import PROFILES, SchedulerConfig, profile
 
 if TYPE_CHECKING:  # the service and store load only when `serve` runs (a fast `berth --help`)
+    from berth.core.config import SchedulerConfig
     from berth.policy.model import Policy
     from berth.store.repo import Store
 
@@ -95,6 +94,8 @@ def serve(
     from berth.service.demo import load_demo as _load_demo
 
     url = db_url(db, data_dir)
+    from berth.core.config import profile
+
     scheduler = profile(profile_name) if config is None else _read_config(config)
     if host_subset_size != 1:
         scheduler = scheduler.model_copy(update={"host_subset_size": host_subset_size})
@@ -204,6 +205,11 @@ def _announce(store: Store, replica_id: str, host: str, port: int, token_dir: Pa
 
 
 def _read_config(path: Path) -> SchedulerConfig:
+    import yaml
+    from pydantic import ValidationError
+
+    from berth.core.config import SchedulerConfig
+
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         return SchedulerConfig.model_validate(raw)

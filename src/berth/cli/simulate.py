@@ -20,9 +20,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from berth.core.defrag.admit import MAX_ADMISSION
-from berth.core.errors import BerthError
-from berth.sim.synthetic import DEFAULT_SIZING
+from berth.cli.names import DEFAULT_SIZING, MAX_ADMISSION
+from berth.core.errors import BerthError  # imports nothing heavy: a fast --help
 
 if TYPE_CHECKING:  # the replay (SciPy for its bounds) loads when `simulate` runs: a fast --help
     from berth.sim.defrag import PeriodicDefrag

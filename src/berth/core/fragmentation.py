@@ -21,9 +21,11 @@ Mask = npt.NDArray[np.bool_]
 
 
 def eligible_hosts(table: HostTable, flavor: str, now: float = 0.0) -> Mask:
-    """Hosts that could hold `flavor` if they were empty: resources (NUMA-exact) and traits."""
+    """Enabled hosts that could hold `flavor` if they were empty: resources (NUMA-exact) and
+    traits. A disabled host is left out, as capacity leaves it out: its free CPU is not the
+    fleet's to use."""
     d = table.demand(flavor)
-    ok = vector.count(d, table.cell_cap, table.host_cap, limit=1) >= 1
+    ok = (vector.count(d, table.cell_cap, table.host_cap, limit=1) >= 1) & table.enabled
     spec = d.spec
     if spec.required_traits or spec.forbidden_traits:
         ctx = Context(table, RequestSpec(flavor=flavor), d, now)

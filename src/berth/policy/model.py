@@ -272,6 +272,7 @@ class DeploymentSetSpec(_Strict):
     name: Name
     max_size: Positive = 20
     scope: DeploymentScope = DeploymentScope.HOST
+    project: Name = Field("default", description="the project owning the set; its members'")
 
 
 class TopologySpec(_Strict):
@@ -338,6 +339,9 @@ def _check_names(spec: TopologySpec) -> None:
         named += [(f"{where}.hosts[{k}].name", h.name) for k, h in enumerate(cluster.hosts)]
         named += [(f"{where}.instances[{k}].id", i.id) for k, i in enumerate(cluster.instances)]
     named += [(f"deployment_sets[{k}].name", s.name) for k, s in enumerate(spec.deployment_sets)]
+    named += [
+        (f"deployment_sets[{k}].project", s.project) for k, s in enumerate(spec.deployment_sets)
+    ]
     for field, name in named:
         if not is_ident(name):
             raise ValueError(f"{field}: {name!r} is not a valid name ({IDENT_RULE})")
@@ -358,6 +362,11 @@ def _check_sets(spec: TopologySpec) -> None:
                         continue
                     ds = sets[inst.deployment_set]
                     where = f"regions[{ri}].idcs[{ii}].clusters[{ci}].instances[{k}]"
+                    if inst.project != ds.project:  # a set holds instances of its own project
+                        raise ValueError(
+                            f"{where}.project: {inst.project!r} is not the project of deployment "
+                            f"set {ds.name!r} ({ds.project!r})"
+                        )
                     keys: list[tuple[str, ...]] = [(ds.name, "host", inst.host)]
                     rack = racks[inst.host]
                     if ds.scope == DeploymentScope.RACK and rack is not None:

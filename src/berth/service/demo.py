@@ -14,7 +14,7 @@ from berth.core.model import Fleet, Host
 from berth.core.table import HostTable
 from berth.fleet.demo import build_demo_fleet
 from berth.store.footprint import to_named
-from berth.store.repo import GroupRow, HostCapacity, NewInstance, PoolRow, Store
+from berth.store.repo import GroupRow, HostCapacity, NewInstance, PoolRow, Store, instance_set_key
 
 REGIONS = {"az1": "idc-north", "az2": "idc-north", "az3": "idc-east"}
 POOLS = {
@@ -99,8 +99,12 @@ def load_fleet_into(
             )
         row = t.index[host_name]
         cap = HostCapacity(t.cell_cap[row].copy(), t.host_cap[row].copy(), list(t.device_types))
-        group_gens = {g.id: g.generation for g in store.list_groups()}
-        groups = {i.server_group: group_gens[i.server_group] for i in new if i.server_group}
+        group_gens = {g.key: g.generation for g in store.list_groups()}
+        groups = {
+            key: group_gens[key]
+            for i in new
+            if (key := instance_set_key(i.project, i.server_group)) is not None
+        }
         store.commit_placement(
             placement_id="demo",
             instances=new,

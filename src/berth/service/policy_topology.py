@@ -23,7 +23,16 @@ from berth.policy.topology import Cluster, DeploymentSet, Idc, InstanceMeta, Top
 from berth.service.replica import Replica
 from berth.store.errors import AlreadyExistsError
 from berth.store.footprint import to_named
-from berth.store.repo import GroupRow, HostCapacity, InstanceRow, NewInstance, PoolRow, Store
+from berth.store.repo import (
+    GroupRow,
+    HostCapacity,
+    InstanceRow,
+    NewInstance,
+    PoolRow,
+    Store,
+    instance_set_key,
+    set_key,
+)
 
 
 def make_engine(policy: Policy, service_down_time: float) -> PolicyEngine:
@@ -95,8 +104,9 @@ def build_topology(
     for inst in instances:
         cluster = topo.clusters[inst.cluster]
         cluster.note(inst.id, inst.host, _meta(inst.business_type, inst.created_at, inst))
-        if inst.server_group is not None and inst.server_group in topo.sets:
-            topo.sets[inst.server_group].members[inst.id] = inst.cluster
+        key = instance_set_key(inst.project, inst.server_group)
+        if key is not None and key in topo.sets:
+            topo.sets[key].members[inst.id] = inst.cluster
     return topo
 
 
@@ -107,7 +117,7 @@ def _meta(business: str, created_at: float, inst: Any) -> InstanceMeta:
         kind = Business.ON_DEMAND
     project = inst.project if hasattr(inst, "project") else inst.get("project", "default")
     group = inst.server_group if hasattr(inst, "server_group") else inst.get("server_group")
-    return InstanceMeta(kind, created_at, project, group)
+    return InstanceMeta(kind, created_at, project, instance_set_key(project, group))
 
 
 class PolicyView:
@@ -134,7 +144,7 @@ class PolicyView:
         iid = p["instance_id"]
         meta = _meta(p.get("business_type", "on-demand"), p.get("created_at", ts), p)
         known.note(iid, host, meta)
-        group = p.get("server_group")
+        group = instance_set_key(p.get("project", "default"), p.get("server_group"))
         if group is not None and group in topology.sets:
             topology.sets[group].members[iid] = cluster
         net = p.get("network")
@@ -157,15 +167,16 @@ class PolicyView:
     def on_group_added(self, payload: dict[str, Any]) -> None:
         engine = self.engine
         p = payload
-        if p["id"] in engine.topology.sets:
+        key = set_key(p["project"], p["id"])
+        if key in engine.topology.sets:
             return
         size = p.get("max_size") or engine.policy.deployment_sets.max_size
-        engine.topology.sets[p["id"]] = DeploymentSet(
-            p["id"], size, DeploymentScope(p.get("scope", "host"))
+        engine.topology.sets[key] = DeploymentSet(
+            key, size, DeploymentScope(p.get("scope", "host"))
         )
 
-    def on_group_deleted(self, group_id: str) -> None:
-        self.engine.topology.sets.pop(group_id, None)
+    def on_group_deleted(self, key: str) -> None:
+        self.engine.topology.sets.pop(key, None)
 
 
 def attach_policy(replica: Replica) -> PolicyView | None:
@@ -209,7 +220,7 @@ def load_topology_into(store: Store, policy: Policy, spec: Any, now: float | Non
     ensure_catalogue(store, policy)
     shift = 0.0 if now is None or spec.now is None else now - spec.now
     for ds in spec.deployment_sets:
-        store.add_group(GroupRow(ds.name, "default", "anti-affinity", 1, ds.max_size, 0, ds.scope))
+        store.add_group(GroupRow(ds.name, ds.project, "anti-affinity", 1, ds.max_size, 0, ds.scope))
     images: dict[str, list[str]] = {}
     for region in spec.regions:
         for idc in region.idcs:
@@ -268,13 +279,15 @@ def load_topology_into(store: Store, policy: Policy, spec: Any, now: float | Non
                     )
                 for host, new in by_host.items():
                     row = table.index[host]
-                    gens = {g.id: g.generation for g in store.list_groups()}
+                    gens = {g.key: g.generation for g in store.list_groups()}
                     store.commit_placement(
                         placement_id="topology",
                         instances=new,
                         host_generations={host: store.get_host(host).generation},
                         group_generations={
-                            i.server_group: gens[i.server_group] for i in new if i.server_group
+                            key: gens[key]
+                            for i in new
+                            if (key := instance_set_key(i.project, i.server_group)) is not None
                         },
                         capacities={
                             host: HostCapacity(

@@ -39,7 +39,18 @@ from berth.core.table import HostTable
 from berth.service.config import ServiceConfig
 from berth.store.defrag import DefragStore, MigrationAllocationError, is_migration
 from berth.store.footprint import to_arrays
-from berth.store.repo import CommitResult, EventRow, GroupRow, InstanceRow, PoolRow, Snapshot, Store
+from berth.store.repo import (
+    CommitResult,
+    EventRow,
+    GroupRow,
+    HostRecord,
+    InstanceRow,
+    PoolRow,
+    Snapshot,
+    Store,
+    instance_set_key,
+    set_key,
+)
 
 log = logging.getLogger("berth.service")
 
@@ -116,6 +127,7 @@ class Replica:
         self.regions: dict[str, str | None] = {}  # region or IDC -> parent region
         self.host_cluster: dict[str, str] = {}
         self.groups: dict[str, GroupRow] = {}
+        """deployment sets by key (`set_key`: project and id); the tables know a set by its key"""
         self.flavors: dict[str, Flavor] = {}
         self.aliases: dict[str, str] = {}
         self.preemptible: dict[str, float] = {}  # preemptible instance id -> created_at
@@ -142,10 +154,11 @@ class Replica:
             self._load(self.store.snapshot())
 
     def _load(self, snap: Snapshot) -> None:
+        snap.hosts = self._valid_heartbeats(snap.hosts)
         aliases = {a.name: a.device_type for a in snap.pci_aliases}
         groups = [
-            ServerGroup(id=g.id, policy=g.policy, max_server_per_host=g.max_per_host)
-            for g in snap.groups.values()
+            ServerGroup(id=key, policy=g.policy, max_server_per_host=g.max_per_host)
+            for key, g in snap.groups.items()
         ]
         pools_by_cluster: dict[str, dict[str, str]] = {}
         for p in snap.pools:
@@ -187,7 +200,7 @@ class Replica:
                 inst.flavor,
                 cell_use,
                 host_use,
-                server_group=inst.server_group,
+                server_group=instance_set_key(inst.project, inst.server_group),
                 project=inst.project,
                 migratable=inst.migratable,
             )
@@ -218,6 +231,18 @@ class Replica:
         }
         for listener in self.listeners:
             listener.on_loaded(self, snap.instances)
+
+    def _valid_heartbeats(self, records: list[HostRecord]) -> list[HostRecord]:
+        """The hosts with a heartbeat beyond the clock plus the allowed skew (stored before
+        reports were checked) given none: such a host counts as down until it reports again,
+        and its next real report replaces the stored one (`Store.report`)."""
+        limit = self.clock() + self.config.max_clock_skew
+        return [
+            replace(r, host=r.host.model_copy(update={"last_heartbeat": None}))
+            if r.host.last_heartbeat is not None and r.host.last_heartbeat > limit
+            else r
+            for r in records
+        ]
 
     def reload_locked(self) -> None:
         """Reload from a fresh snapshot (caller holds the lock)."""
@@ -314,8 +339,11 @@ class Replica:
         """Copy heartbeats newer than the last refresh into the tables (they bump no
         generation and are not events: one cheap query per interval instead)."""
         beats = self.store.heartbeats_since(self._heartbeat_since)
+        limit = self.clock() + self.config.max_clock_skew
         with self.lock:
             for name, ts in beats:
+                if ts > limit:  # invalid (see `_valid_heartbeats`): neither used nor passed
+                    continue
                 cl = self.host_cluster.get(name)
                 if cl is not None:
                     self.clusters[cl].table.set_heartbeat(name, ts)
@@ -347,7 +375,7 @@ class Replica:
                             p["flavor"],
                             cell_use,
                             host_use,
-                            server_group=p.get("server_group"),
+                            server_group=_payload_set(p),
                             project=p.get("project", "default"),
                         )
                     )
@@ -382,7 +410,7 @@ class Replica:
                 result = Applied.GAP
             if result is Applied.GAP:
                 self.needs_reload = True
-            self._group_generation(p.get("server_group"), p.get("group_generation"))
+            self._group_generation(_payload_set(p), p.get("group_generation"))
         elif kind == "host_alive":  # a heartbeat that brought a down host back
             cl = self.host_cluster.get(ev.host or "")
             if cl is not None:
@@ -402,11 +430,15 @@ class Replica:
             for listener in self.listeners:
                 listener.on_group_added(p)
         elif kind == "group_deleted":
-            self.groups.pop(p["id"], None)
+            if "project" not in p:  # written before sets were per project
+                self.needs_reload = True
+                return
+            key = set_key(p["project"], p["id"])
+            self.groups.pop(key, None)
             for view in self.clusters.values():
-                view.table.groups.pop(p["id"], None)
+                view.table.groups.pop(key, None)
             for listener in self.listeners:
-                listener.on_group_deleted(p["id"])
+                listener.on_group_deleted(key)
         elif kind in ("region_added",):
             self.regions.setdefault(p["name"], p.get("parent"))
             self.needs_reload = self.needs_reload or self._listeners_reload_on(kind)
@@ -441,10 +473,10 @@ class Replica:
             0,
             p.get("scope", "host"),
         )
-        self.groups[row.id] = row
-        sg = ServerGroup(id=row.id, policy=row.policy, max_server_per_host=row.max_per_host)
+        self.groups[row.key] = row
+        sg = ServerGroup(id=row.key, policy=row.policy, max_server_per_host=row.max_per_host)
         for view in self.clusters.values():
-            view.table.groups[row.id] = sg
+            view.table.groups[row.key] = sg
         return True
 
     def _group_generation(self, gid: str | None, generation: int | None) -> None:
@@ -452,9 +484,7 @@ class Replica:
             return
         g = self.groups[gid]
         if generation > g.generation:
-            self.groups[gid] = GroupRow(
-                g.id, g.project, g.policy, g.max_per_host, g.max_size, generation
-            )
+            self.groups[gid] = replace(g, generation=generation)
 
     # ------------------------------------------------------------------ other writes
     def release(
@@ -550,7 +580,14 @@ class Replica:
             return {name: len(v.table) for name, v in self.clusters.items()}
 
     def group_members(self, gid: str) -> int:
+        """How many members the set with key `gid` has."""
         with self.lock:
             return sum(
                 sum(v.table.group_rows.get(gid, {}).values()) for v in self.clusters.values()
             )
+
+
+def _payload_set(p: dict[str, Any]) -> str | None:
+    """The key of the set an `instance_claimed` / `instance_released` event's instance is in."""
+    group = p.get("server_group")
+    return None if group is None else set_key(p.get("project", "default"), group)

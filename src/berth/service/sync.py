@@ -178,7 +178,7 @@ class SyncThread:
                     self._poll()
                 now = time.monotonic()
                 if self.simulate and now >= next_simulate:
-                    r.store.touch_heartbeats(r.clock(), cfg.service_down_time)
+                    r.store.touch_heartbeats(r.clock(), cfg.service_down_time, cfg.max_clock_skew)
                     next_simulate = now + cfg.service_down_time / 4
                 if now >= next_beat:
                     r.refresh_heartbeats()

@@ -178,6 +178,11 @@ class Simulation:
         ws, w = tr.window_start, tr.window
         last = max(float(horizon if math.isfinite(horizon) else tr.start.max()), ws)
         self.n_windows = max(1, math.ceil((last - ws) / w)) + 1
+        # window k >= 1 holds [ws + (k-1) w, ws + k w): an arrival exactly on the last
+        # boundary opens one more window (floor + 1, which the ceiling above misses)
+        arrivals = self.ev_time[self.ev_kind == 1]
+        if arrivals.size and arrivals[-1] >= ws:
+            self.n_windows = max(self.n_windows, int((arrivals[-1] - ws) // w) + 2)
         self.window_starts = np.concatenate([[-math.inf], ws + w * np.arange(self.n_windows - 1)])
 
     @property

@@ -233,7 +233,7 @@ def exact_optimum(
     _budget_rows(model, terms, table, budget, limit)
     _slot_rows(model, terms, table, value, scheduler, now, drain, limit)
     if target.objective is Objective.EMPTY_HOSTS:
-        _empty_host_vars(model, terms, drain)
+        _empty_host_vars(model, terms, ~value.counted)
     tiny = _tie_break(model, terms, value, budget)
     return _result(model, terms, _solve(model, time_limit), reward, tiny, budget)
 

@@ -34,7 +34,7 @@ from berth.core.resources import C_MEM, C_PCPU, H_MEM, H_VCPU, HOST_NAMES, cell_
 from berth.core.table import HostTable
 from berth.store.defrag import DefragStore, is_migration, migration_id
 from berth.store.footprint import to_arrays
-from berth.store.records import Snapshot
+from berth.store.records import Snapshot, instance_set_key, split_set_key
 from berth.store.repo import Store
 
 I64 = npt.NDArray[np.int64]
@@ -132,12 +132,20 @@ def _overcommit(rows: _Rows) -> list[str]:
     return problems
 
 
+def _named(key: str) -> str:
+    """A set's key as the findings name it: `web (project p)`."""
+    project, set_id = split_set_key(key)
+    return f"{set_id} (project {project})"
+
+
 def _members(snap: Snapshot) -> dict[str, list[str]]:
-    """Deployment set -> its members' hosts (one entry per member, migration rows included)."""
+    """Deployment set key -> its members' hosts (one entry per member, migration rows
+    included)."""
     hosts: dict[str, list[str]] = {}
     for inst in snap.instances:
-        if inst.server_group is not None:
-            hosts.setdefault(inst.server_group, []).append(inst.host)
+        key = instance_set_key(inst.project, inst.server_group)
+        if key is not None:
+            hosts.setdefault(key, []).append(inst.host)
     return hosts
 
 
@@ -150,20 +158,23 @@ def _anti_affinity(snap: Snapshot) -> list[str]:
         for host in sorted(set(hosts)):
             n = hosts.count(host)
             if n > group.max_per_host:
-                problems.append(f"deployment set {gid} has {n} members on host {host}")
+                problems.append(f"deployment set {_named(gid)} has {n} members on host {host}")
     return problems
 
 
 def _affinity(snap: Snapshot) -> list[str]:
     hosts: dict[str, set[str]] = {}
     for inst in snap.instances:
-        if inst.server_group is not None and not is_migration(inst.id):
-            hosts.setdefault(inst.server_group, set()).add(inst.host)
+        key = instance_set_key(inst.project, inst.server_group)
+        if key is not None and not is_migration(inst.id):
+            hosts.setdefault(key, set()).add(inst.host)
     problems = []
     for gid, on in sorted(hosts.items()):
         group = snap.groups.get(gid)
         if group is not None and group.policy == "affinity" and len(on) > 1:
-            problems.append(f"affinity deployment set {gid} has members on hosts {sorted(on)}")
+            problems.append(
+                f"affinity deployment set {_named(gid)} has members on hosts {sorted(on)}"
+            )
     return problems
 
 
@@ -173,7 +184,9 @@ def _set_sizes(snap: Snapshot) -> list[str]:
         group = snap.groups.get(gid)
         n = len(hosts)
         if group is not None and group.max_size is not None and n > group.max_size:
-            problems.append(f"deployment set {gid} has {n} members, more than {group.max_size}")
+            problems.append(
+                f"deployment set {_named(gid)} has {n} members, more than {group.max_size}"
+            )
     return problems
 
 

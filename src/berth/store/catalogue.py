@@ -44,7 +44,7 @@ class Catalogue(Database):
 
     def delete_flavor(self, name: str) -> None:
         with self._write() as conn:
-            used = an_instance(conn, t.instances.c.flavor, name)
+            used = an_instance(conn, t.instances.c.flavor == name)
             if used is not None:
                 raise InUseError(f"flavor {name!r} is used by instance {used!r}")
             if conn.execute(delete(t.flavors).where(t.flavors.c.name == name)).rowcount == 0:

@@ -41,6 +41,8 @@ from berth.store.records import (
     NewInstance,
     Outcome,
     instance_row,
+    instance_set_key,
+    split_set_key,
 )
 
 # Statements of the claim path, built once (building them per call costs more than running them).
@@ -49,9 +51,9 @@ _HOST_CAS = (
     .where(t.hosts.c.name == bindparam("h"), t.hosts.c.generation == bindparam("g"))
     .values(generation=t.hosts.c.generation + bindparam("k"))
 )
-_ON_HOSTS = select(t.instances.c.host, t.instances.c.server_group, t.instances.c.placement).where(
-    t.instances.c.host.in_(bindparam("hosts", expanding=True))
-)
+_ON_HOSTS = select(
+    t.instances.c.host, t.instances.c.project, t.instances.c.server_group, t.instances.c.placement
+).where(t.instances.c.host.in_(bindparam("hosts", expanding=True)))
 _INSERT_INSTANCES = insert(t.instances)
 
 
@@ -63,6 +65,7 @@ class _Claim:
     instances: Sequence[NewInstance]
     host_generations: dict[str, int]
     group_generations: dict[str, int]
+    """set key (`berth.store.records.set_key`) -> generation read"""
     capacities: dict[str, HostCapacity]
     evict: Sequence[tuple[str, str]]
     idempotent: Idempotent | None
@@ -144,13 +147,16 @@ class Claims(Database):
 
     @staticmethod
     def _bump_sets(conn: Connection, group_generations: dict[str, int]) -> dict[str, int]:
-        """Check and bump each deployment set's generation, in id order; the generations after."""
+        """Check and bump each deployment set's generation, in key order; the generations after
+        (by set key)."""
         after: dict[str, int] = {}
         for gid in sorted(group_generations):
+            project, set_id = split_set_key(gid)
             gen = conn.execute(
                 update(t.deployment_sets)
                 .where(
-                    t.deployment_sets.c.id == gid,
+                    t.deployment_sets.c.project == project,
+                    t.deployment_sets.c.id == set_id,
                     t.deployment_sets.c.generation == group_generations[gid],
                 )
                 .values(generation=t.deployment_sets.c.generation + 1)
@@ -197,9 +203,10 @@ class Claims(Database):
                 )
             )
             step[v.host] += 1
-            victim_group_gen = bump_group(conn, v.server_group)
-            if v.server_group in result.groups and victim_group_gen is not None:
-                result.groups[v.server_group] = victim_group_gen
+            victim_group_gen = bump_group(conn, v.project, v.server_group)
+            victim_set = instance_set_key(v.project, v.server_group)
+            if victim_set in result.groups and victim_group_gen is not None:
+                result.groups[victim_set] = victim_group_gen
             items.append(
                 (
                     "instance_released",
@@ -208,6 +215,7 @@ class Claims(Database):
                     {
                         "instance_id": v.id,
                         "cluster": v.cluster,
+                        "project": v.project,
                         "server_group": v.server_group,
                         "network": v.network,
                         "group_generation": victim_group_gen,
@@ -299,18 +307,26 @@ class Claims(Database):
         if not hosts:
             return
         rows = [
-            (r.host, r.server_group, r.placement) for r in conn.execute(_ON_HOSTS, {"hosts": hosts})
+            (r.host, instance_set_key(r.project, r.server_group), r.placement)
+            for r in conn.execute(_ON_HOSTS, {"hosts": hosts})
         ]
         sets: dict[str, tuple[str, int, int | None]] = {}
         sizes: dict[str, int] = {}
         for gid in group_generations:
-            g = conn.execute(select(t.deployment_sets).where(t.deployment_sets.c.id == gid)).first()
+            project, set_id = split_set_key(gid)
+            g = conn.execute(
+                select(t.deployment_sets).where(
+                    t.deployment_sets.c.project == project, t.deployment_sets.c.id == set_id
+                )
+            ).first()
             if g is None:
                 raise PlanRejectedError(f"deployment set {gid!r} no longer exists")
             sets[gid] = (g.policy, g.max_per_host, g.max_size)
             if g.max_size is not None or g.policy == "affinity":
                 sizes[gid] = conn.execute(
-                    select(func.count()).where(t.instances.c.server_group == gid)
+                    select(func.count()).where(
+                        t.instances.c.project == project, t.instances.c.server_group == set_id
+                    )
                 ).scalar_one()
         _check_plan(rows, new, capacities, sets, sizes)
 
@@ -332,7 +348,7 @@ class Claims(Database):
             inst = instance_row(row)
             # Row locks in the claim's order (deployment set, host, instance, IP pool), so that a
             # release and a concurrent claim on PostgreSQL queue instead of deadlocking.
-            group_gen = bump_group(conn, inst.server_group)
+            group_gen = bump_group(conn, inst.project, inst.server_group)
             gen = conn.execute(
                 update(t.hosts)
                 .where(t.hosts.c.name == inst.host)
@@ -359,6 +375,7 @@ class Claims(Database):
                 "instance_id": inst.id,
                 "cluster": inst.cluster,
                 "network": inst.network,
+                "project": inst.project,
                 "server_group": inst.server_group,
                 "group_generation": group_gen,
                 "evicted": reason is not None,
@@ -423,7 +440,7 @@ def _claimed_events(
                 i,
                 c.placement_id,
                 c.host_generations[i.host] + step[i.host],
-                group_after.get(i.server_group or ""),
+                group_after.get(instance_set_key(i.project, i.server_group) or ""),
                 c.now,
             )
         )
@@ -482,7 +499,7 @@ def _check_plan(
     sizes: dict[str, int],
 ) -> None:
     """Re-verify a plan against the rows read in its transaction: the current instances on the
-    touched hosts (host, set, footprint) plus the new ones fit every host's inventory, per NUMA
+    touched hosts (host, set key, footprint) plus the new ones fit every host's inventory, per NUMA
     cell and per host; each touched deployment set (policy, max per host, max size) keeps its
     anti-affinity or affinity and its size (`sizes`: the current members of the sets with a
     maximum size or affinity). Raises `PlanRejectedError`."""
@@ -495,8 +512,9 @@ def _check_plan(
             members[(group, host)] = members.get((group, host), 0) + 1
     for i in new:
         by_host[i.host].append(i.footprint)
-        if i.server_group is not None:
-            members[(i.server_group, i.host)] = members.get((i.server_group, i.host), 0) + 1
+        key = instance_set_key(i.project, i.server_group)
+        if key is not None:
+            members[(key, i.host)] = members.get((key, i.host), 0) + 1
     for host in hosts:
         cap = capacities.get(host)
         if cap is None:
@@ -514,7 +532,7 @@ def _check_plan(
                         f"deployment set {gid!r} would have {n} members on host {host!r}"
                     )
         if max_size is not None:
-            adding = sum(1 for i in new if i.server_group == gid)
+            adding = sum(1 for i in new if instance_set_key(i.project, i.server_group) == gid)
             if sizes.get(gid, 0) + adding > max_size:
                 raise PlanRejectedError(f"deployment set {gid!r} would exceed {max_size} members")
 
@@ -528,7 +546,7 @@ def _check_affinity(
     """An affinity set's members share one host, across clusters (docs/service.md, "Placing"):
     the new members go to a host already holding members (`rows`: the instances on the touched
     hosts), or all to one host when the set has none (`members`: its current count)."""
-    hosts = sorted({i.host for i in new if i.server_group == gid})
+    hosts = sorted({i.host for i in new if instance_set_key(i.project, i.server_group) == gid})
     if not hosts:
         return
     held = {host for host, group, _ in rows if group == gid}

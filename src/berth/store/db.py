@@ -74,14 +74,14 @@ def retry_aborted(run: Callable[[], T], attempts: int = RETRIES) -> T:
     raise AssertionError("unreachable")
 
 
-def bump_group(conn: Connection, gid: str | None) -> int | None:
-    """Bump a deployment set's generation (a member joined or left); the new one, or None
-    without a set or when the set is gone."""
+def bump_group(conn: Connection, project: str, gid: str | None) -> int | None:
+    """Bump the generation of project's deployment set `gid` (a member joined or left); the new
+    one, or None without a set or when the set is gone."""
     if gid is None:
         return None
     gen = conn.execute(
         update(t.deployment_sets)
-        .where(t.deployment_sets.c.id == gid)
+        .where(t.deployment_sets.c.project == project, t.deployment_sets.c.id == gid)
         .values(generation=t.deployment_sets.c.generation + 1)
         .returning(t.deployment_sets.c.generation)
     ).scalar()

@@ -47,7 +47,7 @@ class DefragSteps(DefragTables):
                 raise StepStateError(f"step {step} of {plan_id!r} is {s.state}")
             inst = self._movable(conn, s)
             mid = migration_id(inst.id)
-            group_gen = bump_group(conn, inst.server_group)
+            group_gen = bump_group(conn, inst.project, inst.server_group)
             generation = _bump_target(conn, s, inst)
             self._verify_target(conn, s, inst, capacity)
             conn.execute(
@@ -109,9 +109,9 @@ class DefragSteps(DefragTables):
         self, conn: Connection, s: StepRow, inst: InstanceRow, cap: HostCapacity
     ) -> None:
         rows = conn.execute(
-            select(t.instances.c.server_group, t.instances.c.placement).where(
-                t.instances.c.host == s.target
-            )
+            select(
+                t.instances.c.project, t.instances.c.server_group, t.instances.c.placement
+            ).where(t.instances.c.host == s.target)
         ).all()
         used_cells, used_host = sum_footprints(
             [r.placement for r in rows] + [s.footprint], cap.device_types
@@ -121,10 +121,15 @@ class DefragSteps(DefragTables):
         if inst.server_group is None:
             return
         group = conn.execute(
-            select(t.deployment_sets).where(t.deployment_sets.c.id == inst.server_group)
+            select(t.deployment_sets).where(
+                t.deployment_sets.c.project == inst.project,
+                t.deployment_sets.c.id == inst.server_group,
+            )
         ).first()
         if group is not None and group.policy == "anti-affinity":
-            members = sum(1 for r in rows if r.server_group == inst.server_group)
+            members = sum(
+                1 for r in rows if r.project == inst.project and r.server_group == inst.server_group
+            )
             if members + 1 > group.max_per_host:
                 raise PlanRejectedError(
                     f"deployment set {group.id!r} would have {members + 1} members on host "
@@ -185,7 +190,7 @@ class DefragSteps(DefragTables):
                 self._set_step(conn, s, state="aborted", reason=why)
                 events = self.store._append(conn, dropped)
                 return self._row_after(s, "aborted", why), events
-            group_gen = bump_group(conn, inst.server_group)
+            group_gen = bump_group(conn, inst.project, inst.server_group)
             gens = self._bump_hosts(conn, {s.source: 1, s.target: 2})
             conn.execute(delete(t.instances).where(t.instances.c.id == shadow.id))
             conn.execute(
@@ -264,8 +269,10 @@ class DefragSteps(DefragTables):
             if shadow is not None:
                 shadows.append(shadow)
         group_gens = {
-            gid: bump_group(conn, gid)
-            for gid in sorted({sh.server_group for sh in shadows if sh.server_group})
+            (project, gid): bump_group(conn, project, gid)
+            for project, gid in sorted(
+                {(sh.project, sh.server_group) for sh in shadows if sh.server_group}
+            )
         }
         bumps: dict[str, int] = {}
         for sh in shadows:
@@ -285,8 +292,9 @@ class DefragSteps(DefragTables):
                     {
                         "instance_id": sh.id,
                         "cluster": sh.cluster,
+                        "project": sh.project,
                         "server_group": sh.server_group,
-                        "group_generation": group_gens.get(sh.server_group or ""),
+                        "group_generation": group_gens.get((sh.project, sh.server_group or "")),
                         "network": None,
                         "evicted": False,
                         "reason": "migration aborted",
@@ -305,6 +313,7 @@ def _moved(
     instance claimed on the target (`gens`: the hosts' generations after the move)."""
     common = {
         "cluster": inst.cluster,
+        "project": inst.project,
         "server_group": inst.server_group,
         "group_generation": group_gen,
         "network": inst.network,

@@ -1,10 +1,11 @@
-"""Deployment sets (server groups): their rows and members."""
+"""Deployment sets (server groups): their rows and members. A set belongs to a project and is
+known by (project, id): another project's set of the same id is another set."""
 
 from __future__ import annotations
 
 import time
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import and_, delete, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from berth.store import schema as t
@@ -44,26 +45,36 @@ class Groups(Database):
         except IntegrityError:
             raise AlreadyExistsError("deployment set", group.id) from None
 
-    def delete_group(self, group_id: str) -> None:
+    def delete_group(self, project: str, group_id: str) -> None:
         with self._write() as conn:
-            used = an_instance(conn, t.instances.c.server_group, group_id)
+            used = an_instance(
+                conn,
+                and_(t.instances.c.project == project, t.instances.c.server_group == group_id),
+            )
             if used is not None:
                 raise InUseError(f"deployment set {group_id!r} still has instance {used!r}")
-            res = conn.execute(delete(t.deployment_sets).where(t.deployment_sets.c.id == group_id))
+            res = conn.execute(
+                delete(t.deployment_sets).where(
+                    t.deployment_sets.c.project == project, t.deployment_sets.c.id == group_id
+                )
+            )
             if res.rowcount == 0:
                 raise NotFoundError("deployment set", group_id)
-            self._append(conn, [("group_deleted", None, None, {"id": group_id})])
+            payload = {"id": group_id, "project": project}
+            self._append(conn, [("group_deleted", None, None, payload)])
 
     def list_groups(self, project: str | None = None) -> list[GroupRow]:
-        q = select(t.deployment_sets).order_by(t.deployment_sets.c.id)
+        q = select(t.deployment_sets).order_by(t.deployment_sets.c.id, t.deployment_sets.c.project)
         if project is not None:
             q = q.where(t.deployment_sets.c.project == project)
         with self._read() as conn:
             return [group_row(r) for r in conn.execute(q)]
 
-    def group_members(self, group_id: str) -> list[str]:
+    def group_members(self, project: str, group_id: str) -> list[str]:
         with self._read() as conn:
             rows = conn.execute(
-                select(t.instances.c.id).where(t.instances.c.server_group == group_id)
+                select(t.instances.c.id).where(
+                    t.instances.c.project == project, t.instances.c.server_group == group_id
+                )
             )
             return [r.id for r in rows]

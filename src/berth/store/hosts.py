@@ -6,7 +6,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, and_, delete, false, func, insert, or_, select, update
 
 from berth.core.model import Host, NumaCell
 from berth.store import schema as t
@@ -90,7 +90,7 @@ class Hosts(Database):
     def remove_host(self, name: str) -> None:
         """Decommission an empty host (one with instances is `InUseError`)."""
         with self._write() as conn:
-            used = an_instance(conn, t.instances.c.host, name)
+            used = an_instance(conn, t.instances.c.host == name)
             if used is not None:
                 raise InUseError(f"host {name!r} still runs instance {used!r}")
             conn.execute(delete(t.host_cells).where(t.host_cells.c.host == name))
@@ -136,8 +136,13 @@ class Hosts(Database):
         report: dict[str, Any] | None,
         *,
         down_after: float | None = None,
+        not_after: float | None = None,
     ) -> bool:
         """Record a heartbeat (and the host's own view when given); older never overwrite newer.
+
+        With `not_after` (the caller's clock plus the allowed skew), a stored heartbeat or report
+        later than it is invalid (written before reports were checked, e.g. the year 2500) and
+        is replaced by this one, so that the host's real reports count again.
 
         With `down_after` (the service-down time), a heartbeat that revives a host (none
         before, or the previous one more than `down_after` older) also appends a `host_alive`
@@ -152,46 +157,53 @@ class Hosts(Database):
             if cur is None:
                 raise NotFoundError("host", name)
             values: dict[str, Any] = {}
-            if cur.last_heartbeat is None or timestamp > cur.last_heartbeat:
+            last = _valid(cur.last_heartbeat, not_after)
+            if last is None or timestamp > last:
                 values["last_heartbeat"] = timestamp
-            if report is not None and (cur.report_ts is None or timestamp > cur.report_ts):
+            report_ts = _valid(cur.report_ts, not_after)
+            if report is not None and (report_ts is None or timestamp > report_ts):
                 values["report"] = report
                 values["report_ts"] = timestamp
             if not values:
                 return False
             conn.execute(update(t.hosts).where(t.hosts.c.name == name).values(**values))
             revived = "last_heartbeat" in values and (
-                cur.last_heartbeat is None
-                or (down_after is not None and timestamp - cur.last_heartbeat > down_after)
+                last is None or (down_after is not None and timestamp - last > down_after)
             )
             if down_after is not None and revived:
-                payload = {"heartbeat": timestamp, "previous": cur.last_heartbeat}
+                payload = {"heartbeat": timestamp, "previous": last}
                 self._append(conn, [("host_alive", name, None, payload)])
             return True
 
-    def touch_heartbeats(self, now: float, max_age: float) -> int:
+    def touch_heartbeats(self, now: float, max_age: float, max_skew: float | None = None) -> int:
         """Heartbeat, at `now`, every host whose last heartbeat is within `max_age` of the
         freshest one (`berth serve --simulate-agents`, the demo's stand-in for compute agents:
         hosts that were down stay down, even after the service was stopped for a while).
+        With `max_skew`, a heartbeat more than that ahead of `now` is invalid: it neither
+        counts as the freshest nor survives (the host is touched at `now`).
 
         The rows are locked in name order first, the order a placement locks the hosts it
         touches (`berth.store.pgclaim`): one bulk UPDATE would lock them in the order it finds
         them on disk, and deadlock with a placement on PostgreSQL. A writer that still takes
         them in another order makes PostgreSQL abort one side: this one then runs again.
         """
-        return retry_aborted(lambda: self._touch_heartbeats(now, max_age))
+        return retry_aborted(lambda: self._touch_heartbeats(now, max_age, max_skew))
 
-    def _touch_heartbeats(self, now: float, max_age: float) -> int:
+    def _touch_heartbeats(self, now: float, max_age: float, max_skew: float | None) -> int:
+        beat = t.hosts.c.last_heartbeat
+        poisoned = false() if max_skew is None else beat > now + max_skew
         with self._write() as conn:
-            freshest = conn.execute(select(func.max(t.hosts.c.last_heartbeat))).scalar()
+            freshest = conn.execute(select(func.max(beat)).where(~poisoned)).scalar()
             if freshest is None:
-                return 0
+                freshest = now
             names = list(
                 conn.execute(
                     select(t.hosts.c.name)
                     .where(
-                        t.hosts.c.last_heartbeat >= min(now, float(freshest)) - max_age,
-                        t.hosts.c.last_heartbeat < now,
+                        or_(
+                            and_(beat >= min(now, float(freshest)) - max_age, beat < now),
+                            poisoned,
+                        )
                     )
                     .order_by(t.hosts.c.name)
                     .with_for_update(key_share=True)
@@ -304,3 +316,10 @@ def read_hosts(conn: Connection, names: Sequence[str] | None = None) -> list[Hos
 
 def _host_spec(host: Host) -> dict[str, Any]:
     return host.model_dump(mode="json", exclude={"numa_cells", "enabled", "last_heartbeat"})
+
+
+def _valid(ts: float | None, not_after: float | None) -> float | None:
+    """A stored timestamp, or None when there is none or it lies beyond `not_after`."""
+    if ts is None or (not_after is not None and ts > not_after):
+        return None
+    return float(ts)

@@ -70,9 +70,9 @@ class Instances(Database):
             ]
 
 
-def an_instance(conn: Connection, column: Any, value: str) -> str | None:
-    """The id of some instance whose `column` equals `value` (what keeps a row in use), or None."""
-    row = conn.execute(select(t.instances.c.id).where(column == value).limit(1)).first()
+def an_instance(conn: Connection, where: Any) -> str | None:
+    """The id of some instance matching `where` (what keeps a row in use), or None."""
+    row = conn.execute(select(t.instances.c.id).where(where).limit(1)).first()
     return None if row is None else str(row.id)
 
 

@@ -36,17 +36,19 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from berth.store.db import NOTIFY_CHANNEL, EventItem
 from berth.store.errors import GenerationConflictError, PlanRejectedError
+from berth.store.records import instance_set_key, split_set_key
 
 _SET_CAS = (
-    "UPDATE deployment_sets SET generation = generation + 1 WHERE id = %s AND generation = %s "
+    "UPDATE deployment_sets SET generation = generation + 1 "
+    "WHERE project = %s AND id = %s AND generation = %s "
     "RETURNING generation, policy, max_per_host, max_size"
 )
 _HOST_CAS = (
     "UPDATE hosts SET generation = generation + %s WHERE name = %s AND generation = %s "
     "RETURNING generation"
 )
-_ON_HOSTS = "SELECT host, server_group, placement FROM instances WHERE host = ANY(%s)"
-_SET_SIZE = "SELECT count(*) FROM instances WHERE server_group = %s"
+_ON_HOSTS = "SELECT host, project, server_group, placement FROM instances WHERE host = ANY(%s)"
+_SET_SIZE = "SELECT count(*) FROM instances WHERE project = %s AND server_group = %s"
 _TAKE_IPS = (
     "UPDATE ip_pools SET used = used + %s WHERE name = %s AND used + %s <= total RETURNING used"
 )
@@ -79,12 +81,12 @@ class ClaimWrites:
     """Everything the claim transaction runs, precomputed by the repository."""
 
     sets: Sequence[tuple[str, int]]
-    """(deployment set, generation read), in id order"""
+    """(deployment set key, generation read), in key order"""
     hosts: Sequence[tuple[str, int, int]]
     """(host, generation read, changes), in name order"""
     verify_hosts: Sequence[str]
     sized_sets: Sequence[str]
-    """sets whose current member count the re-verification needs"""
+    """the keys of the sets whose current member count the re-verification needs"""
     networks: Sequence[tuple[str, int]]
     """(network, IPs to take), in name order"""
     instances: Sequence[dict[str, Any]]
@@ -100,9 +102,9 @@ class ClaimRead:
     """What the first round trip read, for the repository's re-verification."""
 
     sets: dict[str, tuple[int, str, int, int | None]] = field(default_factory=dict)
-    """set -> (generation after the bump, policy, max per host, max size)"""
+    """set key -> (generation after the bump, policy, max per host, max size)"""
     rows: list[tuple[str, str | None, dict[str, Any]]] = field(default_factory=list)
-    """(host, deployment set, footprint) of every instance on the touched hosts"""
+    """(host, deployment set key, footprint) of every instance on the touched hosts"""
     sizes: dict[str, int] = field(default_factory=dict)
 
 
@@ -175,18 +177,18 @@ def _checks(w: ClaimWrites) -> tuple[str, list[Any]]:
     """The first message: BEGIN, the generation checks, the reads, the IP reservations."""
     sql = ["BEGIN"]
     params: list[Any] = []
-    for gid, gen in w.sets:
+    for key, gen in w.sets:
         sql.append(_SET_CAS)
-        params += [gid, gen]
+        params += [*split_set_key(key), gen]
     for h, gen, k in w.hosts:
         sql.append(_HOST_CAS)
         params += [k, h, gen]
     if w.verify_hosts:
         sql.append(_ON_HOSTS)
         params.append(list(w.verify_hosts))
-    for gid in w.sized_sets:
+    for key in w.sized_sets:
         sql.append(_SET_SIZE)
-        params.append(gid)
+        params += split_set_key(key)
     for net, n in w.networks:
         sql.append(_TAKE_IPS)
         params += [n, net, n]
@@ -209,7 +211,7 @@ def _read_checks(cur: psycopg.ClientCursor[Any], w: ClaimWrites) -> ClaimRead:
             raise GenerationConflictError("host", host)
     if w.verify_hosts:
         cur.nextset()
-        read.rows = [(r[0], r[1], r[2]) for r in cur.fetchall()]
+        read.rows = [(r[0], instance_set_key(r[1], r[2]), r[3]) for r in cur.fetchall()]
     for gid in w.sized_sets:
         cur.nextset()
         one = cur.fetchone()

@@ -39,6 +39,29 @@ class HostRecord:
     report_ts: float | None = None
 
 
+SET_KEY_SEP = "/"
+"""Joins a deployment set's project and id into its key. Neither may contain it: projects and
+set ids are identifiers (`berth.core.model.IDENT_PATTERN`), so keys never collide."""
+
+
+def set_key(project: str, set_id: str) -> str:
+    """A deployment set's key: sets are per project, so `web` of project A and `web` of project
+    B are different sets (docs/service.md, "Deployment sets"). The store keeps project and id in
+    two columns; the replica's tables, the core and the policy engine know a set by its key."""
+    return f"{project}{SET_KEY_SEP}{set_id}"
+
+
+def instance_set_key(project: str, set_id: str | None) -> str | None:
+    """The key of an instance's set (an instance joins sets of its own project), or None."""
+    return None if set_id is None else set_key(project, set_id)
+
+
+def split_set_key(key: str) -> tuple[str, str]:
+    """(project, set id) of a set's key."""
+    project, _, set_id = key.partition(SET_KEY_SEP)
+    return project, set_id
+
+
 @dataclass(frozen=True)
 class GroupRow:
     id: str
@@ -48,6 +71,10 @@ class GroupRow:
     max_size: int | None
     generation: int
     scope: str = "host"
+
+    @property
+    def key(self) -> str:
+        return set_key(self.project, self.id)
 
 
 @dataclass(frozen=True)
@@ -104,6 +131,7 @@ class Snapshot:
     pci_aliases: list[PciAlias]
     flavors: list[Flavor]
     groups: dict[str, GroupRow]
+    """set key (`set_key`) -> its row"""
     hosts: list[HostRecord]
     instances: list[InstanceRow]
     missing_event_ids: list[int] = field(default_factory=list)
@@ -157,7 +185,7 @@ class Idempotent:
 @dataclass
 class CommitResult:
     events: list[EventRow] = field(default_factory=list)
-    groups: dict[str, int] = field(default_factory=dict)  # group -> generation after commit
+    groups: dict[str, int] = field(default_factory=dict)  # set key -> generation after commit
     evicted: list[InstanceRow] = field(default_factory=list)
 
 

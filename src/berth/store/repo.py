@@ -46,6 +46,9 @@ from berth.store.records import (
     PoolRow,
     Snapshot,
     TokenRow,
+    instance_set_key,
+    set_key,
+    split_set_key,
 )
 from berth.store.snapshot import Snapshots
 from berth.store.tokens import Tokens, hash_token, is_expired
@@ -68,7 +71,10 @@ __all__ = [
     "TokenRow",
     "day_of",
     "hash_token",
+    "instance_set_key",
     "is_expired",
+    "set_key",
+    "split_set_key",
 ]
 
 RESOURCES = (Snapshots, Topology, Hosts, Catalogue, Groups, Claims, Instances, Outcomes, Tokens)

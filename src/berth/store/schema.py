@@ -147,10 +147,13 @@ ip_pools = Table(
     Column("created_at", Double, nullable=False),
 )
 
+# A deployment set belongs to a project: its key is (project, id), so two projects may each
+# have a set `web` (docs/service.md, "Deployment sets"). An instance joins a set of its own
+# project: `instances (project, server_group)` refers to `deployment_sets (project, id)`.
 deployment_sets = Table(
     "deployment_sets",
     metadata,
-    Column("id", String(NAME), primary_key=True),
+    Column("id", String(NAME), nullable=False),
     Column("project", String(NAME), nullable=False),
     Column("policy", String(32), nullable=False),
     Column("max_per_host", Integer, nullable=False, server_default="1"),
@@ -158,6 +161,7 @@ deployment_sets = Table(
     Column("generation", BigInteger, nullable=False, server_default="0"),
     Column("created_at", Double, nullable=False),
     Column("scope", String(16), nullable=False, server_default="host"),
+    PrimaryKeyConstraint("project", "id"),
 )
 
 instances = Table(
@@ -168,7 +172,7 @@ instances = Table(
     Column("flavor", String(NAME), ForeignKey("flavors.name"), nullable=False),
     Column("host", String(NAME), ForeignKey("hosts.name"), nullable=False),
     Column("cluster", String(NAME), nullable=False),
-    Column("server_group", String(NAME), ForeignKey("deployment_sets.id"), nullable=True),
+    Column("server_group", String(NAME), nullable=True),
     Column("placement", Json, nullable=False),  # exact footprint: per-cell and host use
     Column("placement_id", String(NAME), nullable=True),
     Column("business_type", String(32), nullable=False, server_default="on-demand"),
@@ -180,6 +184,11 @@ instances = Table(
     Index("ix_instances_project", "project"),
     Index("ix_instances_server_group", "server_group"),
     Index("ix_instances_placement_id", "placement_id"),
+    ForeignKeyConstraint(
+        ["project", "server_group"],
+        ["deployment_sets.project", "deployment_sets.id"],
+        name="fk_instances_set_deployment_sets",
+    ),
 )
 
 evictions = Table(

@@ -58,7 +58,7 @@ class Snapshots(Database):
                 Flavor.model_validate(r.spec)
                 for r in conn.execute(select(t.flavors).order_by(t.flavors.c.name))
             ]
-            groups = {r.id: group_row(r) for r in conn.execute(select(t.deployment_sets))}
+            groups = {g.key: g for g in map(group_row, conn.execute(select(t.deployment_sets)))}
             hosts = read_hosts(conn)
             instances = [
                 instance_row(r)

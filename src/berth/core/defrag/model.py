@@ -32,6 +32,10 @@ class Objective(StrEnum):
     """Maximise the (weighted) number of instances of the target flavors that fit."""
     EMPTY_HOSTS = "empty-hosts"
     """Empty as many hosts as possible (consolidation; frees whole hosts)."""
+    FRAGMENT_RATE = "fragment-rate"
+    """Minimise the fragment rate of one reference flavor (e.g. 16 vCPUs on one NUMA cell):
+    free CPU that the flavor cannot use, over all free CPU of the active hosts. Migrations
+    between active hosts keep the free CPU, so this maximises the flavor's capacity."""
 
 
 class Target(_Frozen):
@@ -39,7 +43,9 @@ class Target(_Frozen):
 
     objective: Objective = Objective.CAPACITY
     flavors: tuple[Name, ...] = Field(
-        (), description="flavors whose capacity to restore (objective capacity); large ones"
+        (),
+        description="flavors whose capacity to restore (objective capacity; large ones), or "
+        "the one reference flavor (objective fragment-rate)",
     )
     weights: tuple[Annotated[float, Field(gt=0)], ...] | None = Field(
         None, description="one weight per flavor (default 1 each)"
@@ -57,6 +63,11 @@ class Target(_Frozen):
     def _consistent(self) -> Target:
         if self.objective is Objective.CAPACITY and not self.flavors and not self.drain:
             raise ValueError("flavors: the capacity objective needs at least one flavor")
+        if self.objective is Objective.FRAGMENT_RATE:
+            if len(self.flavors) != 1:
+                raise ValueError("flavors: the fragment-rate objective takes one reference flavor")
+            if self.weights is not None:
+                raise ValueError("weights: the fragment-rate objective takes no weights")
         if self.weights is not None and len(self.weights) != len(self.flavors):
             raise ValueError("weights: give one weight per flavor")
         if len(set(self.flavors)) != len(self.flavors):

@@ -16,10 +16,12 @@ from berth.core.defrag.model import Figures, Objective, Target
 from berth.core.demand import Demand
 from berth.core.engine import FilterScheduler
 from berth.core.errors import SpecError
+from berth.core.filters.base import Context
 from berth.core.flavors import NumaMode
 from berth.core.fragmentation import eligible_hosts, fragmentation_rate
 from berth.core.numa import scalar, vector
 from berth.core.numa.rule import BIG
+from berth.core.request import RequestSpec
 from berth.core.resources import CELL_BASE
 from berth.core.table import HostTable
 
@@ -51,6 +53,19 @@ def capacity_eligible(
     return scheduler.capacity_eligible(table, flavor, now)
 
 
+def active_hosts(scheduler: FilterScheduler, table: HostTable, now: float) -> Mask:
+    """Hosts that the scheduler's request-independent host-state filters accept (enabled, up)."""
+    out = table.enabled.copy()
+    if not table.flavors:
+        return out
+    flavor = next(iter(table.flavors))
+    ctx = Context(table, RequestSpec(flavor=flavor), table.demand(flavor), now)
+    for flt in scheduler.filters:
+        if flt.kind == "host_state" and flt.static:
+            out &= flt.mask(ctx)
+    return out
+
+
 def instance_limit(scheduler: FilterScheduler) -> int | None:
     """The tightest per-host instance limit the scheduler's filters declare (None: none)."""
     limits = [n for f in scheduler.filters if (n := f.per_host_limit()) is not None]
@@ -64,16 +79,18 @@ class HostValue:
         self, table: HostTable, target: Target, scheduler: FilterScheduler, now: float
     ) -> None:
         self.objective = target.objective
-        self.flavors = list(target.flavors) if target.objective is Objective.CAPACITY else []
+        self.flavors = list(target.flavors) if target.objective is not Objective.EMPTY_HOSTS else []
         weights = target.weights or tuple(1.0 for _ in target.flavors)
         self.weights = list(weights) if self.flavors else []
         self.drain = drain_mask(table, target.drain)
+        self.counted = active_hosts(scheduler, table, now) & ~self.drain
+        """Hosts whose emptiness counts (EMPTY_HOSTS): active and not being drained."""
         self.eligible = [
             capacity_eligible(scheduler, table, f, now) & ~self.drain for f in self.flavors
         ]
         self.limit = instance_limit(scheduler)
         self.demands = [table.demand(f) for f in self.flavors]
-        self._drain_list: list[bool] = self.drain.tolist()
+        self._counted_list: list[bool] = self.counted.tolist()
         self._terms = [
             (
                 weight,
@@ -94,7 +111,7 @@ class HostValue:
     def of(self, rows: I64, cell_free: I64, host_free: I64, n_instances: I64) -> F64:
         """Values of `rows` if they had these free columns and instance counts."""
         if self.objective is Objective.EMPTY_HOSTS:
-            return ((n_instances == 0) & ~self.drain[rows]).astype(np.float64)
+            return ((n_instances == 0) & self.counted[rows]).astype(np.float64)
         out = np.zeros(rows.size, dtype=np.float64)
         for d, weight, eligible in zip(self.demands, self.weights, self.eligible, strict=True):
             counts = vector.count(d, cell_free, host_free)
@@ -113,7 +130,7 @@ class HostValue:
         doubles, so the result equals `of` bit for bit (tests/core/test_defrag_rows.py).
         """
         if self.objective is Objective.EMPTY_HOSTS:
-            return 1.0 if n_instances == 0 and not self._drain_list[row] else 0.0
+            return 1.0 if n_instances == 0 and self._counted_list[row] else 0.0
         out = 0.0
         limit = self.limit
         for weight, eligible, host_cols, pci_cols, rd in self._terms:
@@ -207,8 +224,10 @@ def _progress_terms(d: Demand) -> tuple[NumaMode, list[tuple[int, float]]]:
 def measure(table: HostTable, target: Target, *, scheduler: FilterScheduler, now: float) -> Figures:
     """Capacity and fragmentation of each target flavor, empty hosts, instances left to drain.
 
-    Capacity is the sum of `scheduler.capacity`; fragmentation is `core.fragmentation`'s rate.
-    Both leave out the hosts being drained (they are leaving the fleet).
+    Capacity is the sum of `scheduler.capacity`; fragmentation is `core.fragmentation`'s rate
+    over the same hosts (those where capacity may count the flavor: enabled, up, passing the
+    request-independent filters); empty hosts count only active ones. All three leave out the
+    hosts being drained (they are leaving the fleet).
     """
     check_target(table, target)
     drain = drain_mask(table, target.drain)
@@ -217,9 +236,10 @@ def measure(table: HostTable, target: Target, *, scheduler: FilterScheduler, now
     for flavor in target.flavors:
         counts = scheduler.capacity(table, flavor, now)
         capacity[flavor] = int(counts[~drain].sum())
-        eligible = eligible_hosts(table, flavor, now) & ~drain
+        eligible = capacity_eligible(scheduler, table, flavor, now)
+        eligible &= eligible_hosts(table, flavor, now) & ~drain
         fragmentation[flavor] = fragmentation_rate(table, flavor, eligible)
-    empty = int(((table.n_instances == 0) & ~drain).sum())
+    empty = int(((table.n_instances == 0) & ~drain & active_hosts(scheduler, table, now)).sum())
     left = int(table.n_instances[drain].sum())
     return Figures(
         capacity=capacity, fragmentation=fragmentation, empty_hosts=empty, drained_left=left

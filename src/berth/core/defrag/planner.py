@@ -11,7 +11,7 @@ arrays (loss of objective, remaining slots) kept exact by the table's derived ca
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -25,6 +25,7 @@ from berth.core.defrag.objective import (
     measure,
 )
 from berth.core.defrag.rules import PlanError, TargetRules, immovable
+from berth.core.defrag.search import MoveSearch
 from berth.core.defrag.waves import Step, pack_waves
 from berth.core.engine import FilterScheduler
 from berth.core.numa import scalar, vector
@@ -178,11 +179,13 @@ class _Planner:
         rows = rows[fit == fit.min()]
         return int(rows[np.argmin(self.tie[rows])])
 
-    def move(self, alloc: Allocation, row: int) -> None:
+    def move(self, alloc: Allocation, row: int, cell_use: I64 | None = None) -> None:
+        """Move `alloc` to `row`, at `cell_use` (default: the claim rule's footprint)."""
         work = self.work
         name = work.names[row]
         rd = work.demand(alloc.flavor).rows  # the claim rule on one host (= `plan_for`)
-        cell_use = np.array(scalar.place(rd, work.cell_free[row].tolist()), dtype=np.int64)
+        if cell_use is None:
+            cell_use = np.array(scalar.place(rd, work.cell_free[row].tolist()), dtype=np.int64)
         host_use = np.array(rd.host_use, dtype=np.int64)
         self.journal.migrate(alloc, name, cell_use, host_use)
         self.steps.append(Step(alloc, name, cell_use, host_use))
@@ -512,21 +515,28 @@ def plan_defrag(
     scheduler: FilterScheduler,
     now: float,
     seed: int = 0,
+    should_stop: Callable[[], bool] | None = None,
 ) -> Plan:
     """Plan live migrations towards `target` within `budget`; the table is not changed.
 
-    Hosts in `target.drain` are emptied first (as far as the budget and the fleet allow), then
-    the objective is improved host by host. Deterministic for a given seed.
+    Hosts in `target.drain` are emptied first (as far as the budget and the fleet allow). Then
+    two plans are made and the better kept (higher objective; fewer moves on a tie): the
+    host-by-host heuristic followed by the improving search (`search.MoveSearch`) with the
+    budget it left, and the improving search alone. `should_stop` is polled between the
+    search's rounds (a deadline injected by the caller; the core reads no clock): the plan
+    made so far is returned, valid at every step. Deterministic for a given seed and the same
+    answers from `should_stop`.
     """
     check_target(table, target)
-    planner = _Planner(table, target, budget, scheduler, now, seed)
-    planner.drain_hosts()
-    if target.objective is Objective.EMPTY_HOSTS:
-        planner.empty_hosts()
-    elif target.flavors:
-        planner.capacity()
-        planner.exclusive = False
-        planner.capacity()
+    stop = should_stop or _never
+    planner = _heuristic(table, target, budget, scheduler, now, seed)
+    MoveSearch(planner, stop).run()
+    if target.objective is not Objective.EMPTY_HOSTS and not stop():
+        greedy = _Planner(table, target, budget, scheduler, now, seed)
+        greedy.drain_hosts()
+        MoveSearch(greedy, stop).run()
+        if _better(greedy, planner):
+            planner = greedy
     moves = pack_waves(table, planner.steps, budget, planner.rules)
     touched = sorted({h for m in moves for h in (m.source, m.target)})
     return Plan(
@@ -537,3 +547,40 @@ def plan_defrag(
         after=measure(planner.work, target, scheduler=scheduler, now=now),
         generations={h: int(table.generation[table.index[h]]) for h in touched},
     )
+
+
+def _never() -> bool:
+    return False
+
+
+def _heuristic(
+    table: HostTable,
+    target: Target,
+    budget: Budget,
+    scheduler: FilterScheduler,
+    now: float,
+    seed: int,
+) -> _Planner:
+    """Drain, then evacuate hosts (empty-hosts) or open slots host by host (capacity)."""
+    planner = _Planner(table, target, budget, scheduler, now, seed)
+    planner.drain_hosts()
+    if target.objective is Objective.EMPTY_HOSTS:
+        planner.empty_hosts()
+    elif target.flavors:
+        planner.capacity()
+        planner.exclusive = False
+        planner.capacity()
+    return planner
+
+
+def _better(a: _Planner, b: _Planner) -> bool:
+    """Whether plan `a` ends better than `b`: fewer instances left to drain, then a higher
+    objective, then fewer moves."""
+    left_a = int(a.work.n_instances[a.drain].sum())
+    left_b = int(b.work.n_instances[b.drain].sum())
+    if left_a != left_b:
+        return left_a < left_b
+    va, vb = float(a.current().sum()), float(b.current().sum())
+    if abs(va - vb) > _EPS:
+        return va > vb
+    return len(a.steps) < len(b.steps)

@@ -26,7 +26,15 @@ from berth.service.policy_topology import policy_view
 from berth.service.replica import Replica
 from berth.store.errors import AlreadyExistsError
 from berth.store.footprint import to_named
-from berth.store.repo import CommitResult, GroupRow, HostCapacity, NewInstance
+from berth.store.repo import (
+    CommitResult,
+    GroupRow,
+    HostCapacity,
+    NewInstance,
+    instance_set_key,
+    set_key,
+    split_set_key,
+)
 
 
 class PolicyFailureError(Exception):
@@ -60,6 +68,9 @@ def schedule(
     ids = tuple(f"i-{secrets.token_hex(8)}" for _ in range(request.count))
     request = request.model_copy(update={"instance_ids": ids})
     _ensure_set(replica, view.engine, request)
+    # the engine knows sets by key (sets are per project: `berth.store.records.set_key`)
+    key = instance_set_key(request.project, request.deployment_set)
+    request = request.model_copy(update={"deployment_set": key})
     return commit_with_retries(
         replica,
         MultiCloudDecider(view.engine),
@@ -100,7 +111,7 @@ class MultiCloudDecider:
                 flavor=placement.flavor,
                 footprint=to_named(sel.cell_use, sel.host_use, table.device_types),
                 project=request.project,
-                server_group=request.deployment_set,
+                server_group=_set_id(request.deployment_set),
                 business_type=request.business.value,
                 preemptible=request.business == Business.PREEMPTIBLE,
                 network=placement.network,
@@ -148,14 +159,8 @@ def _ensure_set(replica: Replica, engine: PolicyEngine, request: ScheduleRequest
     name = request.deployment_set
     if name is None:
         return
-    group = replica.groups.get(name)
+    group = replica.groups.get(set_key(request.project, name))
     if group is not None:
-        if group.project != request.project:
-            raise BadRequestError(
-                "deployment_set",
-                f"unknown deployment set {name!r} in project {request.project!r}",
-                "unknown_deployment_set",
-            )
         if group.policy == "affinity":  # the pipeline spreads a set's members
             raise BadRequestError(
                 "deployment_set",
@@ -175,3 +180,8 @@ def _ensure_set(replica: Replica, engine: PolicyEngine, request: ScheduleRequest
             )
         )
     replica.sync()
+
+
+def _set_id(key: str | None) -> str | None:
+    """The id of the set with this key (the store keeps project and id apart), or None."""
+    return None if key is None else split_set_key(key)[1]

@@ -25,7 +25,14 @@ from berth.service.placing.decider import Attempt, Plan
 from berth.service.placing.errors import BadRequestError, NoPlacementError
 from berth.service.replica import ClusterView, Replica
 from berth.store.footprint import to_named
-from berth.store.repo import CommitResult, GroupRow, HostCapacity, NewInstance, Outcome
+from berth.store.repo import (
+    CommitResult,
+    GroupRow,
+    HostCapacity,
+    NewInstance,
+    Outcome,
+    instance_set_key,
+)
 
 try:  # the policy layer (docs/policy.md) may be left out of a trimmed install
     from berth.policy.preemption import plan_preemption
@@ -50,6 +57,11 @@ class PlaceArgs:
     seed: int | None = None
     network: str | None = None
     """Take one IP per instance from this network (its cluster is then the only candidate)."""
+
+    @property
+    def set_key(self) -> str | None:
+        """The key of the deployment set named (sets are per project), or None."""
+        return instance_set_key(self.project, self.deployment_set)
 
 
 @dataclass
@@ -89,7 +101,7 @@ def place(
         replica,
         PlainDecider(),
         args,
-        guard=replica.group_lock(args.deployment_set),
+        guard=replica.group_lock(args.set_key),
         idempotency=idempotency,
         response=response,
         on_commit=replica.on_commit,
@@ -168,9 +180,9 @@ def choose(views: Replica, args: PlaceArgs, busy: frozenset[str] = frozenset()) 
     """The first candidate cluster's decision, else a preemption (caller holds the lock)."""
     if args.flavor not in views.flavors:
         raise BadRequestError("flavor", f"unknown flavor {args.flavor!r}", "unknown_flavor")
-    if args.deployment_set is not None:
-        group = views.groups.get(args.deployment_set)
-        if group is None or group.project != args.project:
+    if args.set_key is not None:
+        group = views.groups.get(args.set_key)
+        if group is None:  # another project's set of that id is not one of this project's
             raise BadRequestError(
                 "deployment_set",
                 f"unknown deployment set {args.deployment_set!r} in project {args.project!r}",
@@ -178,7 +190,7 @@ def choose(views: Replica, args: PlaceArgs, busy: frozenset[str] = frozenset()) 
             )
         if group.max_size is not None:
             members = sum(
-                sum(v.table.group_rows.get(group.id, {}).values()) for v in views.clusters.values()
+                sum(v.table.group_rows.get(group.key, {}).values()) for v in views.clusters.values()
             )
             if members + args.count > group.max_size:
                 raise NoPlacementError(
@@ -234,7 +246,7 @@ def _affinity_home(views: Replica, args: PlaceArgs, group: GroupRow) -> PlaceArg
     homes = {
         name: sorted(view.table.names[row] for row in rows)
         for name, view in sorted(views.clusters.items())
-        if (rows := view.table.group_rows.get(group.id))
+        if (rows := view.table.group_rows.get(group.key))
     }
     if not homes or args.cluster in homes:
         return args
@@ -355,8 +367,8 @@ def _claims(
         touched.add(table.allocations[iid].host)
     host_gens = {h: int(table.generation[table.index[h]]) for h in touched}
     group_gens: dict[str, int] = {}
-    if args.deployment_set is not None:
-        group_gens[args.deployment_set] = views.groups[args.deployment_set].generation
+    if args.set_key is not None:
+        group_gens[args.set_key] = views.groups[args.set_key].generation
     caps = {
         h: HostCapacity(
             table.cell_cap[table.index[h]].copy(),
@@ -386,7 +398,7 @@ def _cluster_request(
             hypervisor_type=image.get("hypervisor_type"),
             required_traits=tuple(traits),
         ),
-        server_group=args.deployment_set,
+        server_group=args.set_key,
         same_host=args.same_host,
         different_host=args.different_host,
         ignore_hosts=tuple(h for h in busy if h in view.table.index),

@@ -94,11 +94,18 @@ def report(
     (422 on `timestamp`): kept, it would hide every later real report and the host would never
     be counted down (docs/service.md, "Compute reports, heartbeats and reconciliation").
     """
-    _check_timestamp(body.timestamp, replica.clock(), config.max_clock_skew)
+    now = replica.clock()
+    _check_timestamp(body.timestamp, now, config.max_clock_skew)
     view = None
     if body.instances is not None or body.used is not None:
         view = {"instances": body.instances, "used": body.used}
-    applied = store.report(name, body.timestamp, view, down_after=config.service_down_time)
+    applied = store.report(
+        name,
+        body.timestamp,
+        view,
+        down_after=config.service_down_time,
+        not_after=now + config.max_clock_skew,  # an older poisoned row gives way (see store)
+    )
     if applied:
         replica.heartbeat(name, body.timestamp)
     rec = store.get_host(name)

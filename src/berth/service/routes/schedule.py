@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from berth.policy.errors import MultiCloudInputError
-from berth.policy.outcome import ScheduleRequest
+from berth.policy.outcome import Failure, ScheduleRequest
 from berth.service import schemas as s
 from berth.service.bodies import cells
 from berth.service.deps import IdempotencyKey, MetricsDep, ReplicaDep, StoreDep, Who, deny_reader
@@ -134,44 +134,57 @@ def _schedule(
 ) -> Any:
     """Run the pipeline and answer 201; a capacity failure (409) or contention while another
     request with the same key committed answers with that request's placement
-    (docs/service.md, "Idempotency")."""
+    (docs/service.md, "Idempotency"). A request with a key that finds no room decides once
+    more if the log moved since (caught up first), as /v1/placements does: a replica that had
+    not yet heard of a release must not answer 409 while a twin on another replica takes the
+    freed slot."""
     project = request.project
-    try:
-        done = policy_schedule(
-            replica,
-            request,
-            idempotency=idem,
-            response=lambda d: _schedule_out(replica, body, project, d),
-        )
-    except IdempotencyRaceError:
-        assert idem is not None
-        return replay_stored(store, idem)
-    except PolicyFailureError as exc:
-        f = exc.failure
-        capacity = f.step in CAPACITY_STEPS
-        if capacity and (won := committed_answer(store, idem)) is not None:
-            return won
-        metrics.placements.labels("failure", f.code).inc()
-        replica.store.record_outcome(
-            Outcome(
-                "failure",
-                f.code,
-                body.flavor,
-                project,
-                body.count,
-                (time.perf_counter() - started) * 1e3,
+    for last_try in (idem is None, True):
+        seen = replica.last_event  # the log as far as the decision can have seen it
+        try:
+            done = policy_schedule(
+                replica,
+                request,
+                idempotency=idem,
+                response=lambda d: _schedule_out(replica, body, project, d),
             )
-        )
-        status, code = (409, "no_valid_host") if capacity else (422, f.code)
-        raise ApiError(status, code, f.message, details=f.to_dict()) from None
-    except ContentionError:
-        if (won := committed_answer(store, idem)) is not None:
-            return won
-        raise
-    except MultiCloudInputError as exc:
-        text = str(exc)
-        where = text[2:].split(":", 1)[0] if text.startswith("--") else None
-        raise ApiError(422, "invalid_input", text.removeprefix("--"), field=where) from None
+            break
+        except IdempotencyRaceError:
+            assert idem is not None
+            return replay_stored(store, idem)
+        except PolicyFailureError as exc:
+            capacity = exc.failure.step in CAPACITY_STEPS
+            if capacity and (won := committed_answer(store, idem)) is not None:
+                return won
+            if capacity and not last_try and (replica.sync() or replica.last_event != seen):
+                continue
+            _refused(replica, metrics, body, project, exc.failure, started)
+        except ContentionError:
+            if (won := committed_answer(store, idem)) is not None:
+                return won
+            raise
+        except MultiCloudInputError as exc:
+            text = str(exc)
+            where = text[2:].split(":", 1)[0] if text.startswith("--") else None
+            raise ApiError(422, "invalid_input", text.removeprefix("--"), field=where) from None
     metrics.placements.labels("success", "placed").inc()
     metrics.placement.observe(time.perf_counter() - started)
     return JSONResponse(done.response or {}, status_code=201)
+
+
+def _refused(
+    replica: Replica,
+    metrics: Metrics,
+    body: s.ScheduleIn,
+    project: str,
+    f: Failure,
+    started: float,
+) -> NoReturn:
+    """Count and record the pipeline's failure; raise it as 409 (no room) or 422."""
+    metrics.placements.labels("failure", f.code).inc()
+    latency_ms = (time.perf_counter() - started) * 1e3
+    replica.store.record_outcome(
+        Outcome("failure", f.code, body.flavor, project, body.count, latency_ms)
+    )
+    status, code = (409, "no_valid_host") if f.step in CAPACITY_STEPS else (422, f.code)
+    raise ApiError(status, code, f.message, details=f.to_dict())

@@ -1,0 +1,1 @@
+"""Queue watchers: one `QueueWatcher` protocol (`base`), one adapter per batch system."""

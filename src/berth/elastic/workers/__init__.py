@@ -1,0 +1,1 @@
+"""Batch workers: the batch daemon standing for one elastic VM (`base.BatchWorker`)."""
