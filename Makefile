@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint typecheck unit quick postgres openstack batch bench clean
+.PHONY: run test lint typecheck unit quick postgres nova openstack batch bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,7 @@ run: $(RUN_STAMP)
 
 # The real clouds the slow tests need start in the background while lint, typecheck and the
 # tests run; their session fixtures wait for them (the script holds a lock while it starts them).
-test: $(DEV_STAMP) postgres batch
+test: $(DEV_STAMP) postgres batch nova
 	@mkdir -p out
 	@scripts/ensure-openstack.sh up > out/openstack-up.log 2>&1 & \
 	$(MAKE) --no-print-directory lint typecheck unit; status=$$?; wait; exit $$status
@@ -46,7 +46,7 @@ typecheck: $(DEV_STAMP)
 TEST_WORKERS ?= auto
 PYTEST := $(BIN)/pytest -q -n $(TEST_WORKERS) --maxschedchunk 1
 
-unit: $(DEV_STAMP) postgres batch
+unit: $(DEV_STAMP) postgres batch nova
 	$(PYTEST)
 
 # The quick loop while developing: every test but the slow end-to-end ones (`make test` runs all).
@@ -56,6 +56,11 @@ quick: $(DEV_STAMP) postgres
 # The store and service tests need PostgreSQL: use a running server, else start or install one.
 postgres:
 	scripts/ensure-postgres.sh
+
+# The differential test (tests/nova/) runs Nova 34's own scheduler code from its own venv,
+# outside the repository (BERTH_NOVA_HOME, default ~/.cache/berth-nova); made once, ~1 minute.
+nova:
+	scripts/ensure-nova-venv.sh >/dev/null
 
 # Two real OpenStack clusters for tests/openstack/ (docs/openstack.md): installs the services
 # into their own venv once (~1 min), starts what is not running (cold ~3.5 min, warm seconds).

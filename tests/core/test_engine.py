@@ -254,7 +254,11 @@ def test_pack_and_spread(name, weight, winner):
 def test_profiles():
     nova = FilterScheduler.from_config(profile("nova"))
     assert [(w.name, weight) for w, weight in nova.weighers] == [
-        ("ram", 1.0),
+        ("nova_ram", 1.0),
+        ("nova_cpu", 1.0),
+        ("nova_disk", 1.0),
+        ("nova_io_ops", -1.0),
+        ("pci", 1.0),
         ("soft_affinity", 1.0),
         ("soft_anti_affinity", 1.0),
     ]

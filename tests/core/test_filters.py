@@ -163,25 +163,28 @@ RAM_HOSTS = [
     host("ratio", mem=1024, ram_ratio=2.0),
     host("reserved", mem=4096, reserved_mem=2049),
     host("two_cells", cells=2, mem=1024),
-    host("ratio_reserved", mem=2000, ram_ratio=1.5, reserved_mem=952),
+    host("ratio_reserved", mem=2024, ram_ratio=2.0, reserved_mem=1000),
+    host("reserve_first", mem=2000, ram_ratio=1.5, reserved_mem=952),
     host("ratio_floor", mem=1365, ram_ratio=1.5),
 ]
 
 
 def test_ram_filter_ratio_and_reserve():
     table = table_of(RAM_HOSTS, [flavor("f", mem=2048)])
-    # ratio_reserved: 2000 * 1.5 - 952 = 2048; ratio_floor: int(1365 * 1.5) = 2047
+    # Placement's arithmetic, (total - reserved) x ratio: ratio_reserved (2024 - 1000) x 2 =
+    # 2048; reserve_first (2000 - 952) x 1.5 = 1572 (not 2000 x 1.5 - 952 = 2048);
+    # ratio_floor int(1365 x 1.5) = 2047
     assert passing(RamFilter(), table, "f") == ["exact", "ratio", "two_cells", "ratio_reserved"]
     assert reasons(RamFilter(), table, "f") == {
-        "insufficient_ram": ["short", "reserved", "ratio_floor"]
+        "insufficient_ram": ["short", "reserved", "reserve_first", "ratio_floor"]
     }
     [(why, hosts)] = rejections(RamFilter(), table, "f")
     assert why.resource == "ram_mb"
     assert why.requested == 2048
     assert why.message == "less than 2048 MB free RAM"
     assert why.free is not None
-    assert why.free.tolist() == [2048, 2047, 2048, 2047, 2048, 2048, 2047]
-    assert hosts == ["short", "reserved", "ratio_floor"]
+    assert why.free.tolist() == [2048, 2047, 2048, 2047, 2048, 2048, 1572, 2047]
+    assert hosts == ["short", "reserved", "reserve_first", "ratio_floor"]
 
 
 def test_ram_filter_counts_existing_instances():
@@ -359,7 +362,18 @@ AGG_HOSTS = [
         ({"cores": "== 8"}, ["slow", "both"]),
         ({"ssd": "<in> ru"}, ["fast", "both"]),
         ({"gpu": "<in> a100"}, ["gpu"]),
-        ({"gpu": "<all-in> a100 v100"}, ["gpu"]),
+        # Nova matches each aggregate value alone: no single value holds both words
+        ({"gpu": "<all-in> a100 v100"}, []),
+        ({"gpu": "<all-in> a100"}, ["gpu"]),
+        # `=` is Nova's numeric "at least" (nova/scheduler/filters/extra_specs_ops.py)
+        ({"cores": "= 8"}, ["fast", "slow", "both"]),
+        ({"cores": "= 16"}, ["fast", "both"]),
+        ({"cores": "= 64"}, []),
+        ({"cores": "=8"}, []),  # no space: a bare value, string-equal to "=8"
+        ({"cores": "32"}, ["fast", "both"]),  # bare: string equality, not a number
+        ({"cores": "32.0"}, []),
+        ({"cores": "== 32.0"}, ["fast", "both"]),
+        ({"ssd": "<or> maybe <or> true"}, ["fast", "both"]),
         ({"gpu": "<all-in> a100 h100"}, []),
         ({"gpu": "v100"}, ["gpu"]),
         ({"ssd": "true", "cores": ">= 16"}, ["fast", "both"]),
@@ -402,11 +416,15 @@ def test_aggregate_explain_attributes_each_host_to_first_failing_spec():
         ({"cores": ">= 16"}, ["ice", "cascade"]),
         ({"cpu_model": "s!= Icelake"}, ["cascade"]),  # 'bare' lacks the key: never matches
         ({"cpu_model": "Icelake", "cores": ">= 24"}, []),
+        ({"cores": "= 16"}, ["ice", "cascade"]),  # Nova's `=`: numeric at least
+        ({"cores": "= 20"}, ["cascade"]),
+        ({"flags": "<all-in> avx sse"}, ["ice"]),  # one value, not split at commas
+        ({"flags": "sse"}, []),
     ],
 )
 def test_compute_capabilities(specs, passed):
     hosts = [
-        host("ice", capabilities={"cpu_model": "Icelake", "cores": "16"}),
+        host("ice", capabilities={"cpu_model": "Icelake", "cores": "16", "flags": "avx,sse"}),
         host("cascade", capabilities={"cpu_model": "Cascadelake", "cores": "28"}),
         host("bare"),
     ]

@@ -219,11 +219,13 @@ def test_traits_specs_and_trust():
     assert spec.forbidden_traits == frozenset({"HW_B"})
     assert spec.trusted
     assert spec.aggregate_specs == (
-        SpecMatch("ssd", "s==", "true"),
-        SpecMatch("cores", ">=", "8"),
-        SpecMatch("zone", "<or>", "a <or> b"),
+        SpecMatch("ssd", "s==", "true", "true"),
+        SpecMatch("cores", ">=", "8", ">= 8"),
+        SpecMatch("zone", "<or>", "a <or> b", "<or> a <or> b"),
     )
-    assert spec.capability_specs == (SpecMatch("cpu_model", "s==", "Icelake"),)
+    assert spec.capability_specs == (
+        SpecMatch("cpu_model", "s==", "Icelake", "s== Icelake", each_value=False),
+    )
     assert not parse(flavor("g", specs={"trust:trusted_host": "untrusted"})).trusted
 
 
@@ -233,10 +235,10 @@ def test_yaml_scalars_become_strings():
             "name": "f",
             "vcpus": 4,
             "memory_mb": 4096,
-            "extra_specs": {"hw:numa_nodes": 2, "berth:flag": True, "x": 1.5},
+            "extra_specs": {"hw:numa_nodes": 2, "berth:flag": True, "custom:x": 1.5},
         }
     )
-    assert flv.extra_specs == {"hw:numa_nodes": "2", "berth:flag": "true", "x": "1.5"}
+    assert flv.extra_specs == {"hw:numa_nodes": "2", "berth:flag": "true", "custom:x": "1.5"}
     assert parse(flv).numa_mode == NumaMode.EVEN
 
 
@@ -261,13 +263,58 @@ def test_yaml_scalars_become_strings():
         ("<in> ab", "a,b", False),
         ("<or> x <or> y", "y", True),
         ("<or> x <or> y", "z", False),
-        ("<all-in> a b", "a,b,c", True),
+        ("<all-in> a b", "a,b,c", False),  # each aggregate value alone, as Nova
+        ("<all-in> a b", "ab,c", True),
         ("<all-in> a d", "a,b,c", False),
+        ("= 8", "8", True),
+        ("= 8", "16,2", True),
+        ("= 8", "7.9", False),
+        ("= 8", "x", False),
+        ("8", "8.0", False),  # a bare value is string equality
+        ("=8", "8", False),
+        ("=8", "=8", True),
+        ("<or> x <or> y <or> z", "z", True),
     ],
 )
 def test_spec_operators(op_value, actual, matches):
-    [match] = parse(flavor("f", capabilities={"k": op_value})).capability_specs
+    [match] = parse(flavor("f", aggregate={"k": op_value})).aggregate_specs
     assert match.matches(actual) is matches
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "why"),
+    [
+        ("hw:cpu_thread_policy", "require", "does not model SMT siblings"),
+        ("hw:cpu_thread_policy", "isolate", "does not model SMT siblings"),
+        ("hw:emulator_threads_policy", "isolate", "one more pinned CPU"),
+        ("resources:CUSTOM_FPGA", "1", "resource-class requests"),
+        ("resources:VCPU", "0", "resource-class requests"),
+        ("resources1:PCPU", "2", "resource-class requests"),
+        ("cores", "= 8", "unscoped spec"),
+        ("capabilities:cpu_info:arch", "x86_64", "nested capabilities"),
+        ("hw:mem_encryption", "true", "memory encryption"),
+        ("hw:cpu_dedicated_mask", "^0", "mixed shared/pinned"),
+    ],
+)
+def test_specs_that_would_change_placement_are_refused_by_name(key, value, why):
+    with pytest.raises(SpecError) as err:
+        parse(flavor("f", specs={key: value}))
+    assert repr(key) in str(err.value)
+    assert why in str(err.value)
+
+
+def test_specs_that_change_nothing_are_accepted():
+    specs = {"hw:cpu_thread_policy": "prefer", "hw:emulator_threads_policy": "share"}
+    assert parse(flavor("f", specs=specs)).extra == specs
+
+
+def test_image_hw_properties_are_refused_by_name():
+    from pydantic import ValidationError
+
+    from berth.core.request import RequestSpec
+
+    with pytest.raises(ValidationError, match="hw_cpu_policy"):
+        RequestSpec.model_validate({"flavor": "f", "image": {"hw_cpu_policy": "dedicated"}})
 
 
 # ---------------------------------------------------------------------------- errors

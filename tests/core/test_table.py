@@ -56,11 +56,12 @@ def test_capacity_columns_from_the_model():
         [4, 5, 1500, 2048, 2],  # int(3 * 1.5) = 4
         [6, 6, 4501, 0, 0],  # int(3001 * 1.5) = 4501
     ]
-    # vCPUs: int(7 * 1.5) = 10; RAM: int(4001 * 1.5) - 500; reserved disk: 10 from HDD, 5 SSD
+    # vCPUs: int(7 * 1.5) = 10; RAM as Placement: int((4001 - 500) * 1.5); reserved disk: 10
+    # from HDD, 5 from SSD, before the ratio
     assert table.host_cap[0, H_VCPU] == 10
-    assert table.host_cap[0, H_MEM] == 6001 - 500
-    assert table.host_cap[0, H_HDD] == 20 - 10
-    assert table.host_cap[0, H_SSD] == 200 - 5
+    assert table.host_cap[0, H_MEM] == int((4001 - 500) * 1.5)
+    assert table.host_cap[0, H_HDD] == (10 - 10) * 2
+    assert table.host_cap[0, H_SSD] == (100 - 5) * 2
     assert np.array_equal(table.cell_free, table.cell_cap)
     assert table.page_kb.tolist() == [2048]
     assert table.n_cells.tolist() == [2]

@@ -421,12 +421,12 @@ def test_instances_list_filters_and_pages(env: Env):
 
 
 def test_delete_releases_capacity(env: Env):
-    before = env.get("/v1/capacity", params={"flavor": "m3.8xlarge", "by": "fleet"}).json()
-    inst = env.post("/v1/placements", {"flavor": "m3.8xlarge"}).json()["instances"][0]
-    during = env.get("/v1/capacity", params={"flavor": "m3.8xlarge", "by": "fleet"}).json()
-    assert during["counts"]["fleet"]["m3.8xlarge"] == before["counts"]["fleet"]["m3.8xlarge"] - 1
+    before = env.get("/v1/capacity", params={"flavor": "m3.4xlarge", "by": "fleet"}).json()
+    inst = env.post("/v1/placements", {"flavor": "m3.4xlarge"}).json()["instances"][0]
+    during = env.get("/v1/capacity", params={"flavor": "m3.4xlarge", "by": "fleet"}).json()
+    assert during["counts"]["fleet"]["m3.4xlarge"] == before["counts"]["fleet"]["m3.4xlarge"] - 1
     assert env.delete(f"/v1/instances/{inst['id']}", "operator").status_code == 204
-    after = env.get("/v1/capacity", params={"flavor": "m3.8xlarge", "by": "fleet"}).json()
+    after = env.get("/v1/capacity", params={"flavor": "m3.4xlarge", "by": "fleet"}).json()
     assert after["counts"] == before["counts"]
 
 

@@ -70,7 +70,8 @@ def test_lean_filters_keep_what_the_trace_needs():
         "numa_topology",
         "server_group_anti_affinity",
     ]
-    assert [w.name for w in cfg.weighers] == ["ram"]  # no soft groups: soft weighers dropped
+    # no soft groups, no PCI devices: those weighers dropped
+    assert [w.name for w in cfg.weighers] == ["nova_ram", "nova_cpu", "nova_disk", "nova_io_ops"]
 
 
 @pytest.mark.slow

@@ -24,8 +24,10 @@ DEFAULT_FILTERS: tuple[str, ...] = (
     "ram",
     "vcpu",
     "disk",
+    "max_unit",
     "pci_passthrough",
     "numa_topology",
+    "pinned_memory",
     "server_group_affinity",
     "server_group_anti_affinity",
     "same_host",
@@ -53,9 +55,16 @@ class SchedulerConfig(BaseModel):
 
 
 PROFILES: dict[str, list[WeigherConfig]] = {
-    # Nova's defaults: spread by free RAM (multiplier 1.0), soft (anti-)affinity on.
+    # Nova 34's default weighers with their default multipliers, computed as Nova computes them
+    # (weighers/nova.py). Nova's other default weighers read what Berth does not hold and weigh
+    # every host alike (hypervisor version, failed builds, metrics, cross-cell moves) or have a
+    # multiplier of 0 (instance count, image properties): docs/scheduling.md.
     "nova": [
-        WeigherConfig(name="ram", weight=1.0),
+        WeigherConfig(name="nova_ram", weight=1.0),
+        WeigherConfig(name="nova_cpu", weight=1.0),
+        WeigherConfig(name="nova_disk", weight=1.0),
+        WeigherConfig(name="nova_io_ops", weight=-1.0),
+        WeigherConfig(name="pci", weight=1.0),
         WeigherConfig(name="soft_affinity", weight=1.0),
         WeigherConfig(name="soft_anti_affinity", weight=1.0),
     ],

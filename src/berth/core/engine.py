@@ -251,6 +251,8 @@ class FilterScheduler:
         scores = np.empty(m, dtype=np.float64)
         started = False
         for weigher, weight in self.weighers:
+            if weigher.minval is not None:  # Nova's scaling: `_scores` does it
+                return None
             column = weigher.column(ctx)
             if column is not None and column.dtype in _COLUMN_TYPES and column.ndim == 1:
                 status = kernels.add_scaled(column, rows, weight, scores, started)
@@ -295,7 +297,11 @@ class FilterScheduler:
                 else:
                     scores += term
                 continue
-            lo, hi = values[values.argmin()], values[values.argmax()]
+            if weigher.minval is None:
+                lo, hi = values[values.argmin()], values[values.argmax()]
+            else:  # Nova: max(x, minval), then (x - minval) / (max - minval)
+                values = np.maximum(values, weigher.minval)
+                lo, hi = np.float64(weigher.minval), values[values.argmax()]
             if hi <= lo:  # normalise gives zeros, and x + (+-0.0) == x: nothing to add
                 continue
             scaled = np.subtract(values, lo)  # weight * normalise(values), in one buffer

@@ -20,6 +20,7 @@ from enum import IntEnum
 
 from berth.core.errors import SpecError
 from berth.core.model import DiskKind, Flavor
+from berth.core.spec_ops import OPERATORS, match
 
 _Bad = Callable[[str, str], SpecError]
 """Builds the error for one extra-spec key: (key, why) -> SpecError."""
@@ -46,14 +47,24 @@ class CellShape:
 
 @dataclass(frozen=True)
 class SpecMatch:
-    """One `key op value` requirement against host aggregate metadata or capabilities."""
+    """One `key op value` requirement against host aggregate metadata or capabilities.
+
+    `req` is the spec's text as written; it is evaluated exactly as Nova's
+    `extra_specs_ops.match` does (`spec_ops.match`). `op` and `value` name it in explanations.
+    `each_value`: the host's text is a comma-joined set of values (aggregate metadata, which
+    Nova splits at commas and matches value by value); else one value (a capability).
+    """
 
     key: str
     op: str
     value: str
+    req: str = ""
+    each_value: bool = True
 
     def matches(self, actual: str) -> bool:
-        return _match(self.op, self.value, actual)
+        if self.each_value:
+            return any(match(v, self.req) for v in actual.split(","))
+        return match(actual, self.req)
 
 
 @dataclass(frozen=True)
@@ -97,8 +108,6 @@ _PAGE_SIZES = {
     "1048576kb": 1048576,
 }
 
-_OPS = ("s==", "s!=", "s>=", "s>", "s<=", "s<", "<in>", "<all-in>", "<or>", "==", "!=", ">=", "<=")
-
 
 def parse_flavor(flavor: Flavor, pci_aliases: dict[str, str]) -> FlavorSpec:
     """Turn a flavor's extra specs into a `FlavorSpec`; `SpecError` names the offending key."""
@@ -108,6 +117,7 @@ def parse_flavor(flavor: Flavor, pci_aliases: dict[str, str]) -> FlavorSpec:
     def bad(key: str, why: str) -> SpecError:
         return SpecError(f"{where}[{key!r}]: {why}")
 
+    _refuse_unsupported(specs, bad)
     policy = specs.get("hw:cpu_policy", "shared").lower()
     if policy not in ("shared", "dedicated"):
         raise bad("hw:cpu_policy", f"must be 'shared' or 'dedicated', got {policy!r}")
@@ -149,6 +159,42 @@ def parse_flavor(flavor: Flavor, pci_aliases: dict[str, str]) -> FlavorSpec:
         trusted=trusted_raw == "trusted",
         extra=dict(specs),
     )
+
+
+_UNSUPPORTED: dict[str, tuple[frozenset[str], str]] = {
+    # key -> (values that change nothing here, why the others are refused)
+    "hw:cpu_thread_policy": (
+        frozenset({"prefer"}),
+        "Berth does not model SMT siblings; only 'prefer' (no placement constraint) is accepted",
+    ),
+    "hw:emulator_threads_policy": (
+        frozenset({"share"}),
+        "'isolate' takes one more pinned CPU, which Berth does not count",
+    ),
+    "hw:cpu_dedicated_mask": (frozenset(), "mixed shared/pinned guests are not supported"),
+    "hw:mem_encryption": (frozenset({"false", "no", "0"}), "memory encryption is not modelled"),
+    "hw:vpmem": (frozenset(), "persistent memory is not modelled"),
+    "accel:device_profile": (frozenset(), "accelerator profiles are not modelled"),
+}
+
+
+def _refuse_unsupported(specs: dict[str, str], bad: _Bad) -> None:
+    """Refuse, naming the key, every spec that would change placement in Nova but that Berth
+    does not model: never place as if it were absent (docs/flavors.md)."""
+    for key, value in specs.items():
+        if ":" not in key:
+            raise bad(
+                key,
+                "an unscoped spec is matched by Nova against both aggregate metadata and host "
+                "attributes; write aggregate_instance_extra_specs:KEY or capabilities:KEY",
+            )
+        if key.startswith("resources"):
+            raise bad(key, "resource-class requests (resources:CLASS=N) are not modelled")
+        if key.startswith("capabilities:") and key.count(":") > 1:
+            raise bad(key, "nested capabilities (capabilities:A:B) are not modelled")
+        refused = _UNSUPPORTED.get(key)
+        if refused is not None and value.strip().lower() not in refused[0]:
+            raise bad(key, f"{value!r} is not supported: {refused[1]}")
 
 
 def _numa_shape(
@@ -222,9 +268,9 @@ def _matches(
             else:
                 raise bad(key, f"must be 'required' or 'forbidden', got {value!r}")
         elif key.startswith("aggregate_instance_extra_specs:"):
-            aggregate_specs.append(_spec_match(key.split(":", 1)[1], value))
+            aggregate_specs.append(_spec_match(key.split(":", 1)[1], value, each_value=True))
         elif key.startswith("capabilities:"):
-            capability_specs.append(_spec_match(key.split(":", 1)[1], value))
+            capability_specs.append(_spec_match(key.split(":", 1)[1], value, each_value=False))
     return required, forbidden, aggregate_specs, capability_specs
 
 
@@ -310,51 +356,8 @@ def _parse_pci(raw: str | None, aliases: dict[str, str], bad: _Bad) -> dict[str,
     return out
 
 
-def _spec_match(key: str, raw: str) -> SpecMatch:
-    text = raw.strip()
-    for op in _OPS:
-        if text.startswith(op + " ") or text == op:
-            return SpecMatch(key, op, text[len(op) :].strip())
-    return SpecMatch(key, "s==", text)
-
-
-def _as_float(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
-def _match(op: str, want: str, actual: str) -> bool:
-    """Nova's extra-spec operators, evaluated on one host value (a comma-joined set allowed)."""
-    values = [v.strip() for v in actual.split(",")] if op != "<in>" else [actual]
-    if op == "<or>":
-        options = {o.strip() for o in want.split("<or>")}
-        return any(v in options for v in values)
-    if op == "<in>":
-        return want in actual
-    if op == "<all-in>":
-        return all(w in values for w in want.split())
-    for value in values:
-        if op in ("s==", "s!=", "s>=", "s>", "s<=", "s<"):
-            if _compare(op[1:], value, want):
-                return True
-        else:
-            a, w = _as_float(value), _as_float(want)
-            if a is not None and w is not None and _compare(op, a, w):
-                return True
-    return False
-
-
-def _compare(op: str, a: str | float, b: str | float) -> bool:
-    if op == "==":
-        return a == b
-    if op == "!=":
-        return a != b
-    if op == ">=":
-        return a >= b  # type: ignore[operator]
-    if op == ">":
-        return a > b  # type: ignore[operator]
-    if op == "<=":
-        return a <= b  # type: ignore[operator]
-    return a < b  # type: ignore[operator]
+def _spec_match(key: str, raw: str, *, each_value: bool) -> SpecMatch:
+    words = raw.split()
+    if words and (words[0] in OPERATORS or words[0] == "<or>"):
+        return SpecMatch(key, words[0], " ".join(words[1:]), raw, each_value)
+    return SpecMatch(key, "s==", raw, raw, each_value)  # Nova: a bare value is string equality

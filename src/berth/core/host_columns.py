@@ -41,16 +41,20 @@ def capacities(hosts: list[Host], device_types: list[str], width: int) -> tuple[
         shared = sum(c.shared_cpus for c in host.numa_cells)
         memory = sum(c.memory_mb for c in host.numa_cells)
         host_cap[r, H_VCPU] = int(shared * host.cpu_allocation_ratio)
-        host_cap[r, H_MEM] = max(
-            0, int(memory * host.ram_allocation_ratio) - host.reserved_memory_mb
-        )
+        # Placement's capacity: (total - reserved) x allocation_ratio
+        host_cap[r, H_MEM] = _placement(memory, host.reserved_memory_mb, host.ram_allocation_ratio)
         ratio = host.disk_allocation_ratio
         hdd, ssd = host.disk.hdd_gb, host.disk.ssd_gb
         # reserved disk comes out of HDD first, then SSD
         res_hdd = min(host.reserved_disk_gb, hdd)
-        host_cap[r, H_HDD] = max(0, int(hdd * ratio) - res_hdd)
-        host_cap[r, H_SSD] = max(0, int(ssd * ratio) - (host.reserved_disk_gb - res_hdd))
+        host_cap[r, H_HDD] = _placement(hdd, res_hdd, ratio)
+        host_cap[r, H_SSD] = _placement(ssd, host.reserved_disk_gb - res_hdd, ratio)
     return cell_cap, host_cap
+
+
+def _placement(total: int, reserved: int, ratio: float) -> int:
+    """Placement's usable amount of an inventory: floor((total - reserved) x ratio), at least 0."""
+    return max(0, int((total - reserved) * ratio))
 
 
 def trait_bits(

@@ -20,9 +20,11 @@ from berth.core.filters.compute import ComputeFilter
 from berth.core.filters.compute_capabilities import ComputeCapabilitiesFilter
 from berth.core.filters.disk import DiskFilter
 from berth.core.filters.image_properties import ImagePropertiesFilter
+from berth.core.filters.max_unit import MaxUnitFilter
 from berth.core.filters.num_instances import NumInstancesFilter
 from berth.core.filters.numa_topology import NumaTopologyFilter
 from berth.core.filters.pci_passthrough import PciPassthroughFilter
+from berth.core.filters.pinned_memory import PinnedMemoryFilter
 from berth.core.filters.rack_anti_affinity import RackAntiAffinityFilter
 from berth.core.filters.ram import RamFilter
 from berth.core.filters.retry import RetryFilter
@@ -39,6 +41,13 @@ from berth.core.weighers.base import HostWeigher
 from berth.core.weighers.fit import FirstFitWeigher, LeftoverWeigher
 from berth.core.weighers.fragmentation import FragmentationWeigher
 from berth.core.weighers.load import IoOpsWeigher, NumInstancesWeigher
+from berth.core.weighers.nova import (
+    NovaCpuWeigher,
+    NovaDiskWeigher,
+    NovaIoOpsWeigher,
+    NovaRamWeigher,
+    PciWeigher,
+)
 from berth.core.weighers.resources import DiskWeigher, RamWeigher, VcpuWeigher
 from berth.core.weighers.slots import SlotLossWeigher
 
@@ -91,6 +100,8 @@ for _f in (
     NumInstancesFilter,
     TraitsFilter,
     RackAntiAffinityFilter,
+    MaxUnitFilter,
+    PinnedMemoryFilter,
 ):
     register_filter(_f)
 
@@ -103,6 +114,11 @@ for _w in (
     SoftAffinityWeigher,
     SoftAntiAffinityWeigher,
     FragmentationWeigher,
+    NovaRamWeigher,
+    NovaCpuWeigher,
+    NovaDiskWeigher,
+    NovaIoOpsWeigher,
+    PciWeigher,
 ):
     register_weigher(_w)
 register_weigher(FirstFitWeigher)

@@ -11,8 +11,10 @@ Per NUMA cell (array shape ``(hosts, 2, CELL_BASE + pci_types)``):
 Per host (array shape ``(hosts, HOST_RESOURCES)``):
 
 * ``H_VCPU``  shared vCPUs over the whole host (floating guests and NUMA guests alike)
-* ``H_MEM``   small-page memory over the whole host, less ``reserved_memory_mb``
-* ``H_HDD`` / ``H_SSD``  local disk in GB, by kind, less ``reserved_disk_gb``
+* ``H_MEM``   small-page memory over the whole host, as Placement counts it:
+  floor((memory - reserved_memory_mb) x ram_allocation_ratio)
+* ``H_HDD`` / ``H_SSD``  local disk in GB, by kind, likewise: floor((disk - reserved) x ratio),
+  ``reserved_disk_gb`` taken from HDD first
 
 A guest with a NUMA topology consumes from its cells and from the host columns; a floating guest
 consumes from the host columns only (Nova's accounting). Host-level PCI is the sum of the cells.

@@ -22,6 +22,7 @@ from berth.core.errors import ClaimError, FleetError, SpecError, StaleGeneration
 from berth.core.flavors import FlavorSpec, NumaMode, parse_flavor
 from berth.core.host_columns import capacities, merged_metadata, trait_bits
 from berth.core.model import Fleet, Host, Instance, ServerGroup
+from berth.core.nominal import Nominal
 from berth.core.numa import dispatch, scalar
 from berth.core.numa.vector import fits, resource_major, take
 from berth.core.resources import CELL_BASE, CELLS, HOST_NAMES, HOST_RESOURCES, cell_resource_name
@@ -87,6 +88,7 @@ class HostTable(ChangeTracking):
         self.heartbeat = np.zeros(0, dtype=np.float64)
         self.trusted = np.zeros(0, dtype=bool)
         self.io_ops = np.zeros(0, dtype=np.int32)
+        self.nominal = Nominal.empty()  # stated sizes before ratios (`nominal`)
         self.zones = Vocabulary()
         self.zone = np.zeros(0, dtype=np.int32)
         self.arches = Vocabulary()
@@ -184,8 +186,7 @@ class HostTable(ChangeTracking):
         self._derived = {}
         self._state = {}
         self.enabled = cat(self.enabled, [h.enabled for h in hosts], bool)
-        beats = [np.nan if h.last_heartbeat is None else h.last_heartbeat for h in hosts]
-        self.heartbeat = cat(self.heartbeat, beats, np.float64)
+        self.heartbeat = cat(self.heartbeat, [h.last_heartbeat for h in hosts], np.float64)
         self.trusted = cat(self.trusted, [h.trusted for h in hosts], bool)
         self.io_ops = cat(self.io_ops, [h.io_ops for h in hosts], np.int32)
         zone = [self.zones.code(h.availability_zone) for h in hosts]
@@ -194,6 +195,7 @@ class HostTable(ChangeTracking):
         self.arch = cat(self.arch, arch, np.int32)
         hyp = [self.hypervisors.code(h.hypervisor_type) for h in hosts]
         self.hypervisor = cat(self.hypervisor, hyp, np.int32)
+        self.nominal = self.nominal.extend(hosts)
         rack = [self.racks.code(h.rack or f"host:{h.name}") for h in hosts]
         self.rack = cat(self.rack, rack, np.int32)
 
@@ -209,7 +211,6 @@ class HostTable(ChangeTracking):
         self._everyone = np.ones(len(self.names), dtype=bool)
         self._everyone.flags.writeable = False
 
-    # ------------------------------------------------------------------ views
     def __len__(self) -> int:
         return len(self.names)
 
@@ -541,7 +542,6 @@ class HostTable(ChangeTracking):
             )
         return out
 
-    # ------------------------------------------------------------------ state
     def set_enabled(self, host: str, enabled: bool) -> None:
         row = self.row(host)
         self.enabled[row] = enabled

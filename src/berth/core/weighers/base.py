@@ -27,6 +27,11 @@ I64 = npt.NDArray[np.int64]
 class HostWeigher(ABC):
     name: ClassVar[str]
     Params: ClassVar[type[BaseModel]] = NoParams
+    minval: ClassVar[float | None] = None
+    """None: min-max scaling over the candidates. A number: as Nova's `BaseWeigher` and
+    `normalize` do, each value raised to at least `minval`, then ``(x - minval) / (max -
+    minval)`` (0 when max == minval): Nova's RAM, CPU, disk and I/O-ops weighers use 0, so
+    max(x, 0) / max (`weighers/nova.py`)."""
 
     def __init__(self, params: BaseModel | None = None) -> None:
         self.params = params if params is not None else self.Params()
