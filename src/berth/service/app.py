@@ -19,6 +19,8 @@ from fastapi.routing import iter_route_contexts
 
 from berth.core import jit
 from berth.service.auth import Authenticator
+from berth.service.clouds.registry import DriverFactory, make_driver
+from berth.service.clouds.service import CloudService
 from berth.service.config import ServiceConfig
 from berth.service.defrag import DefragService, DefragThread
 from berth.service.errors import ERROR_RESPONSES, install_handlers
@@ -69,6 +71,7 @@ def create_app(
     clock: Callable[[], float] = time.time,
     background: bool = True,
     simulate_heartbeats: bool = False,
+    drivers: DriverFactory = make_driver,
 ) -> FastAPI:
     jit.prepare()  # the first placement does not wait for the engine's compiled kernels
     store = store or Store.open(config.db_url, replica=config.replica_id)
@@ -79,13 +82,17 @@ def create_app(
     sync = SyncThread(replica, simulate_heartbeats=simulate_heartbeats, registry=metrics.registry)
     defrag_service = DefragService(replica, metrics.registry)
     defrag_driver = DefragThread(defrag_service, config.poll_interval * 2)
+    clouds = CloudService(replica, defrag_service, drivers, background=background)
+    clouds.start()
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         if background:
             sync.start()
             defrag_driver.start()
+            clouds.run()
         yield
+        clouds.close()
         if background:
             defrag_driver.close()
             sync.close()
@@ -108,6 +115,7 @@ def create_app(
     app.state.sync = sync
     app.state.auth = Authenticator(store, config.token_cache_ttl)
     app.state.defrag = defrag_service
+    app.state.clouds = clouds
     for router in ROUTERS:
         app.include_router(router)
     for _route in iter_route_contexts(app.routes):

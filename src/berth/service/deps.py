@@ -19,6 +19,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from berth.service.auth import Authenticator, Principal, refuse_agent, require, require_reporter
+from berth.service.clouds.service import CloudService
 from berth.service.config import ServiceConfig
 from berth.service.defrag import DefragService
 from berth.service.errors import ApiError
@@ -111,3 +112,4 @@ ReplicaDep = Annotated[Replica, Depends(_app_state("replica"))]
 MetricsDep = Annotated[Metrics, Depends(_app_state("metrics"))]
 AuthDep = Annotated[Authenticator, Depends(_app_state("auth"))]
 DefragDep = Annotated[DefragService, Depends(_app_state("defrag"))]
+CloudsDep = Annotated[CloudService, Depends(_app_state("clouds"))]

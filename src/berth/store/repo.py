@@ -12,6 +12,7 @@
     instances.Instances instances and evictions (reads)
     outcomes.Outcomes   idempotency records, placement outcomes, stats
     tokens.Tokens       bearer tokens
+    clouds.Clouds       clusters driven through a cloud driver, the servers Berth boots
 
 Why inheritance rather than a facade that forwards each call: the resource classes share no state
 but the `Database` base and define disjoint method names (a test checks it), so `Store` is their
@@ -27,12 +28,14 @@ from __future__ import annotations
 
 from berth.store.catalogue import Catalogue
 from berth.store.claims import Claims
+from berth.store.clouds import Clouds
 from berth.store.db import make_engine, upgrade
 from berth.store.groups import Groups
 from berth.store.hosts import Hosts
 from berth.store.instances import Instances
 from berth.store.outcomes import Outcomes, day_of
 from berth.store.records import (
+    CloudClusterRow,
     ClusterRow,
     CommitResult,
     EventRow,
@@ -44,6 +47,7 @@ from berth.store.records import (
     NewInstance,
     Outcome,
     PoolRow,
+    ServerRecord,
     Snapshot,
     TokenRow,
 )
@@ -52,6 +56,7 @@ from berth.store.tokens import Tokens, hash_token, is_expired
 from berth.store.topology import Topology
 
 __all__ = [
+    "CloudClusterRow",
     "ClusterRow",
     "CommitResult",
     "EventRow",
@@ -63,6 +68,7 @@ __all__ = [
     "NewInstance",
     "Outcome",
     "PoolRow",
+    "ServerRecord",
     "Snapshot",
     "Store",
     "TokenRow",
@@ -71,10 +77,23 @@ __all__ = [
     "is_expired",
 ]
 
-RESOURCES = (Snapshots, Topology, Hosts, Catalogue, Groups, Claims, Instances, Outcomes, Tokens)
+RESOURCES = (
+    Snapshots,
+    Topology,
+    Hosts,
+    Catalogue,
+    Groups,
+    Claims,
+    Instances,
+    Outcomes,
+    Tokens,
+    Clouds,
+)
 
 
-class Store(Snapshots, Topology, Hosts, Catalogue, Groups, Claims, Instances, Outcomes, Tokens):
+class Store(
+    Snapshots, Topology, Hosts, Catalogue, Groups, Claims, Instances, Outcomes, Tokens, Clouds
+):
     """All database access. Thread-safe: each call runs its own transaction."""
 
     @classmethod

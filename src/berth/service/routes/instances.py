@@ -40,7 +40,8 @@ def list_instances(
         limit=limit,
         after=after,
     )
-    return [instance_out(r) for r in rows]
+    servers = {r.instance_id: r for r in store.list_servers(instance_ids=[r.id for r in rows])}
+    return [instance_out(r, servers.get(r.id)) for r in rows]
 
 
 @router.get("/instances/{instance_id}", response_model=s.InstanceOut)
@@ -49,7 +50,7 @@ def get_instance(instance_id: s.Ident, p: Who, store: StoreDep) -> s.InstanceOut
     visible = p.visible_project()
     if visible is not None and row.project != visible:
         raise not_found("instance", instance_id)
-    return instance_out(row)
+    return instance_out(row, store.find_server(row.id))
 
 
 @router.delete("/instances/{instance_id}", status_code=204)
