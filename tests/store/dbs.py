@@ -71,7 +71,7 @@ def fresh_pg_database() -> Iterator[str]:
 TABLES = (
     "events, instances, evictions, idempotency, placement_outcomes, host_cells, hosts, "
     "ip_pools, pools, clusters, regions, flavors, images, deployment_sets, tokens, "
-    "aggregates, pci_aliases"
+    "aggregates, pci_aliases, cloud_clusters, cloud_servers"
 )
 
 

@@ -256,11 +256,16 @@ class Clouds(Database):
             raise NotFoundError("server of instance", instance_id)
         return _server_row(row)
 
-    def server_by_cloud_id(self, server_id: str) -> ServerRecord | None:
-        """The record of the cloud's server `server_id`, if Berth knows it."""
+    def server_by_cloud_id(self, cluster: str, server_id: str) -> ServerRecord | None:
+        """The record of `cluster`'s server `server_id` (ids are a cloud's own), if any."""
         with self._read() as conn:
             row = conn.execute(
-                select(t.cloud_servers).where(t.cloud_servers.c.server_id == server_id).limit(1)
+                select(t.cloud_servers)
+                .where(
+                    t.cloud_servers.c.cluster == cluster,
+                    t.cloud_servers.c.server_id == server_id,
+                )
+                .limit(1)
             ).first()
         return None if row is None else _server_row(row)
 

@@ -15,12 +15,14 @@ driver; its hosts, instances and the servers in the cloud stay as they are.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from berth.cloud.driver import CloudDriver, CloudError
-from berth.core.errors import BerthError
+from berth.core.errors import BerthError, SpecError
+from berth.core.flavors import parse_flavor
 from berth.core.model import Fleet
 from berth.core.table import HostTable
 from berth.service.clouds.errors import CloudUnavailableError
@@ -28,6 +30,8 @@ from berth.service.clouds.registry import CloudRegistry, check_config
 from berth.store.errors import AlreadyExistsError, InvalidReferenceError
 from berth.store.footprint import to_named
 from berth.store.repo import CloudClusterRow, HostCapacity, NewInstance, Store
+
+log = logging.getLogger("berth.service.clouds")
 
 
 def inventory_of(driver: CloudDriver) -> Fleet:
@@ -56,6 +60,7 @@ def join(
     taken = {h.host.name for h in store.list_hosts()} & {h.name for h in fleet.hosts}
     if taken:
         raise AlreadyExistsError("host", sorted(taken)[0])
+    fleet = _usable(fleet)
     try:
         table = HostTable.from_fleet(fleet.model_copy(update={"server_groups": []}))
     except (BerthError, ValueError) as exc:
@@ -70,6 +75,26 @@ def join(
     store.heartbeat_cluster(name, time.time())
     store.set_cloud_state(name, "joined")
     return store.get_cloud(name), driver
+
+
+def _usable(fleet: Fleet) -> Fleet:
+    """The inventory less the flavors Berth cannot parse (logged: a cloud may carry extra
+    specs Berth does not model; a server of such a flavor then fails the join)."""
+    aliases = {a.name: a.device_type for a in fleet.pci_aliases}
+    probe = HostTable(
+        sorted(
+            {d for h in fleet.hosts for c in h.numa_cells for d in c.pci} | set(aliases.values())
+        )
+    )
+    keep = []
+    for flavor in fleet.flavors:
+        try:
+            probe.add_flavor(parse_flavor(flavor, aliases))
+        except (SpecError, ValueError) as exc:
+            log.warning("flavor %s left out: %s", flavor.name, exc)
+            continue
+        keep.append(flavor)
+    return fleet.model_copy(update={"flavors": keep})
 
 
 def _record(

@@ -77,8 +77,10 @@ class Repair:
     # ------------------------------------------------------------------ one change
     def server(self, cluster: str, driver: CloudDriver, s: Server, out: Repairs) -> None:
         """The server `s` is as it says (created, changed state or host)."""
-        record = self.store.server_by_cloud_id(s.id) or self.store.find_server(s.name)
+        record = self.store.server_by_cloud_id(cluster, s.id) or self.store.find_server(s.name)
         iid = record.instance_id if record is not None else s.name
+        if record is not None and record.server_id == s.id and record.state == "deleted":
+            return  # news older than the server's deletion
         if record is not None and record.server_id not in (None, s.id):
             if s.state is ServerState.ERROR:  # an earlier failed build of ours, left behind
                 self._delete(driver, s, out)
@@ -122,9 +124,9 @@ class Repair:
         if s.host is not None and s.host != inst.host and s.state is not ServerState.BUILDING:
             self._move(inst, s.host, out)
 
-    def gone(self, server_id: str, name: str, out: Repairs) -> None:
+    def gone(self, cluster: str, server_id: str, out: Repairs) -> None:
         """The cloud's server `server_id` no longer exists."""
-        record = self.store.server_by_cloud_id(server_id)
+        record = self.store.server_by_cloud_id(cluster, server_id)
         if record is None or record.state in GONE:
             return
         iid = record.instance_id
@@ -147,7 +149,9 @@ class Repair:
             except (CloudError, PlanRejectedError) as exc:
                 out.unaccounted[s.name] = str(exc)
         present = {s.name for s in servers} | {
-            r.instance_id for s in servers if (r := self.store.server_by_cloud_id(s.id)) is not None
+            r.instance_id
+            for s in servers
+            if (r := self.store.server_by_cloud_id(cluster, s.id)) is not None
         }
         records = {r.instance_id: r for r in self.store.list_servers(cluster)}
         now = time.time()

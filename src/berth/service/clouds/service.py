@@ -13,10 +13,11 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from berth.cloud.driver import CloudDriver
+from berth.cloud.driver import CloudDriver, CloudError, CloudErrorKind
 from berth.service.clouds import join as joining
 from berth.service.clouds.booting import Booter, BootTarget
 from berth.service.clouds.defrag_exec import DefragExecutor
+from berth.service.clouds.errors import CloudUnavailableError
 from berth.service.clouds.reconcile import Repair, Repairs
 from berth.service.clouds.registry import CloudRegistry, DriverFactory, make_driver
 from berth.service.clouds.sync import ChangeFeed, FeedThread
@@ -127,6 +128,23 @@ class CloudService:
 
     def boot(self, cluster: str, targets: Sequence[BootTarget]) -> list[ServerRecord]:
         return self.booter.boot_placement(cluster, targets)
+
+    def delete(self, instance_id: str, project: str | None = None) -> None:
+        """Delete an instance of a cluster Berth drives: its server first (a server already
+        gone is fine), then its claim."""
+        row = self.store.get_instance(instance_id)
+        if project is not None and row.project != project:
+            raise NotFoundError("instance", instance_id)
+        record = self.store.find_server(instance_id)
+        driver = self.registry.get(row.cluster)
+        if driver is not None and record is not None and record.server_id is not None:
+            try:
+                driver.delete(record.server_id)
+            except CloudError as exc:
+                if exc.kind is not CloudErrorKind.NOT_FOUND:
+                    raise CloudUnavailableError(f"server of {instance_id}: {exc}") from None
+            self.store.set_server(instance_id, state="deleted")
+        self.replica.release(instance_id, project=project)
 
     def feed(self, cluster: str) -> ChangeFeed:
         feed = self.feeds.get(cluster)

@@ -66,7 +66,7 @@ class ChangeFeed:
                 if isinstance(change, ServerChanged):
                     self.repair.server(self.cluster, self.driver, change.server, out)
                 elif isinstance(change, ServerGone):
-                    self.repair.gone(change.server_id, change.name, out)
+                    self.repair.gone(self.cluster, change.server_id, out)
                 elif isinstance(change, HostChanged):
                     self._host(change)
                 elif isinstance(change, Resync):

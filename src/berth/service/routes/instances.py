@@ -9,7 +9,7 @@ from fastapi.responses import Response
 
 from berth.service import schemas as s
 from berth.service.bodies import instance_out
-from berth.service.deps import Operator, ReplicaDep, StoreDep, Who, deny_reader
+from berth.service.deps import CloudsDep, Operator, ReplicaDep, StoreDep, Who, deny_reader
 from berth.service.errors import not_found
 
 router = APIRouter(prefix="/v1", tags=["placement"])
@@ -54,10 +54,17 @@ def get_instance(instance_id: s.Ident, p: Who, store: StoreDep) -> s.InstanceOut
 
 
 @router.delete("/instances/{instance_id}", status_code=204)
-def delete_instance(instance_id: s.Ident, p: Who, replica: ReplicaDep) -> Response:
-    """Release the instance's claim (its host's generation moves on)."""
+def delete_instance(
+    instance_id: s.Ident, p: Who, replica: ReplicaDep, store: StoreDep, clouds: CloudsDep
+) -> Response:
+    """Release the instance's claim (its host's generation moves on); in a cluster Berth
+    drives, its server is deleted first."""
     deny_reader(p, "delete instances")
-    replica.release(instance_id, project=p.visible_project())
+    record = store.find_server(instance_id)
+    if record is not None and clouds.drives(record.cluster):
+        clouds.delete(instance_id, project=p.visible_project())
+    else:
+        replica.release(instance_id, project=p.visible_project())
     return Response(status_code=204)
 
 
