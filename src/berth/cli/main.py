@@ -346,6 +346,7 @@ def demo(
 # ---------------------------------------------------------------------------- subcommands
 # Command groups that live in their own modules register themselves here, one line each.
 from berth.cli.api import register as _register_api  # noqa: E402
+from berth.cli.cluster import register as _register_cluster  # noqa: E402
 from berth.cli.db import db_load_demo as _db_load_demo  # noqa: E402
 from berth.cli.db import register as _register_db  # noqa: E402
 from berth.cli.defrag import register as _register_defrag  # noqa: E402
@@ -359,6 +360,7 @@ _register_api(app)
 _register_schedule(app)
 _register_simulate(app)
 _register_defrag(app)
+_register_cluster(app)
 demo_app.command("load")(_db_load_demo)  # `berth demo load` = `berth db load-demo`
 
 

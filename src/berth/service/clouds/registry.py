@@ -1,7 +1,9 @@
 """Which driver drives which cluster: the factory (kind + config -> driver) and the registry of
 the drivers of the clusters that joined.
 
-Kinds: `openstack` (`berth.cloud.openstack`, imported only when a cluster of that kind joins)
+Kinds: `openstack` (`berth.cloud.openstack.OpenStackCloud`, imported only when a cluster of
+that kind joins; its config is `OpenStackConfig`'s fields less `cluster`, plus `credential_ref`
+and `notifications`)
 and `simulated` (`berth.cloud.simulated.SimulatedCloud`). A simulated cloud lives in the process,
 like a real cloud outlives a Berth replica: the config names it (`cloud`) and gives its fleet
 (`fleet`, a fleet snapshot as JSON) the first time; a replica that restarts in the same process
@@ -15,9 +17,13 @@ driver reads), never a secret: `redacted` is what logs and API answers show.
 from __future__ import annotations
 
 import importlib
+import os
 import threading
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
 
 from berth.cloud.driver import CloudDriver
 from berth.cloud.simulated import SimulatedCloud
@@ -58,14 +64,49 @@ def check_config(kind: str, config: Mapping[str, Any]) -> None:
         if not isinstance(boot, int | float) or boot < 0:
             raise BadRequestError("driver.config.boot_seconds", "a number of seconds >= 0")
     else:
-        for key in ("auth_url", "compute_endpoint", "placement_endpoint"):
-            if key in config and not isinstance(config[key], str):
-                raise BadRequestError(f"driver.config.{key}", "a URL string")
-        if not any(k in config for k in ("auth_url", "compute_endpoint", "cloud")):
+        openstack_config("check", config)
+
+
+def resolve_credential(ref: str) -> str:
+    """The secret a `credential_ref` names: `env:NAME` (an environment variable) or
+    `file:PATH` (a file's first line)."""
+    kind, _, where = ref.partition(":")
+    if kind == "env" and where:
+        value = os.environ.get(where)
+        if value is None:
+            raise BadRequestError("driver.config.credential_ref", f"${where} is not set")
+        return value
+    if kind == "file" and where:
+        try:
+            return Path(where).read_text().splitlines()[0].strip()
+        except (OSError, IndexError):
             raise BadRequestError(
-                "driver.config",
-                "an OpenStack cluster needs auth_url, compute_endpoint or a clouds.yaml cloud",
-            )
+                "driver.config.credential_ref", f"cannot read a credential from {where}"
+            ) from None
+    raise BadRequestError("driver.config.credential_ref", "env:NAME or file:PATH")
+
+
+def openstack_config(cluster: str, config: Mapping[str, Any]) -> Any:
+    """`berth.cloud.openstack.OpenStackConfig` for the cluster (its credential resolved);
+    422 naming the field that is wrong."""
+    try:
+        module: Any = importlib.import_module("berth.cloud.openstack")
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise BadRequestError(
+            "driver.kind", f"the OpenStack driver is not installed here ({exc})"
+        ) from None
+    values = {k: v for k, v in config.items() if k not in ("credential_ref", "notifications")}
+    if "credential_ref" in config:
+        auth = dict(values.get("auth") or {})
+        key = "token" if values.get("auth_type", "admin_token").endswith("token") else "password"
+        auth[key] = resolve_credential(str(config["credential_ref"]))
+        values["auth"] = auth
+    try:
+        return module.OpenStackConfig(cluster=cluster, **values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        raise BadRequestError(f"driver.config.{where}", err["msg"]) from None
 
 
 def redacted(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -74,6 +115,8 @@ def redacted(config: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in config.items():
         if key == "fleet" and isinstance(value, Mapping):
             out[key] = f"{len(value.get('hosts', []))} hosts"
+        elif key == "auth" and isinstance(value, Mapping):
+            out[key] = {k: "***" if k.lower() in SECRET_KEYS else v for k, v in value.items()}
         elif key.lower() in SECRET_KEYS:
             out[key] = "***"
         else:
@@ -116,13 +159,11 @@ def make_driver(cluster: str, kind: str, config: Mapping[str, Any]) -> CloudDriv
     check_config(kind, config)
     if kind == "simulated":
         return simulated_cloud(cluster, config)
-    try:
-        module: Any = importlib.import_module("berth.cloud.openstack")
-    except ImportError as exc:  # pragma: no cover - depends on the install
-        raise BadRequestError(
-            "driver.kind", f"the OpenStack driver is not installed here ({exc})"
-        ) from None
-    driver: CloudDriver = module.connect(cluster, dict(config))
+    module: Any = importlib.import_module("berth.cloud.openstack")
+    settings = openstack_config(cluster, config)
+    driver: CloudDriver = module.OpenStackCloud(
+        settings, notifications=bool(config.get("notifications", True))
+    )
     return driver
 
 

@@ -1,0 +1,230 @@
+"""Berth driving the two real OpenStack clusters of scripts/ensure-openstack.sh (Nova 34,
+Placement 16, Glance, fake-driver computes): join both, boot through Berth on the hosts it
+chose (Placement's allocations match Berth's claims), fall back on a refused host, notice a
+server deleted in Nova, leave a cluster with its servers running, and recover a restart
+between the boot intent and the boot. Slow: the stack starts once per session."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from berth.cloud.driver import CloudDriver
+from berth.service.clouds.booting import BootTarget
+from berth.service.clouds.claiming import Claim
+from berth.service.placing.plain import PlaceArgs, choose, place
+from tests.service.cloudenv import CloudEnv, make_cloud_env
+
+pytestmark = [pytest.mark.slow, pytest.mark.openstack]
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN_VAR = "BERTH_TEST_OPENSTACK_TOKEN"
+
+
+@pytest.fixture(scope="module")
+def stack() -> list[dict[str, Any]]:
+    """The clusters of scripts/ensure-openstack.sh (started once; `up` is idempotent)."""
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "ensure-openstack.sh"), "up"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.fail(f"ensure-openstack.sh up failed:\n{done.stdout}\n{done.stderr}")
+    path = Path(done.stdout.strip().splitlines()[-1])
+    clusters: list[dict[str, Any]] = json.loads(path.read_text())["clusters"]
+    return clusters
+
+
+def config_of(entry: dict[str, Any]) -> dict[str, Any]:
+    """A join's driver config: endpoints and a credential reference, no secret."""
+    return {
+        "compute": entry["compute"],
+        "placement": entry["placement"],
+        "image": entry.get("image"),
+        "auth": {"endpoint": entry["compute"]},
+        "credential_ref": f"env:{TOKEN_VAR}",
+        "boot_image": entry["image_id"],
+        "transport_url": entry["transport_url"],
+    }
+
+
+def _clean(driver: CloudDriver) -> None:
+    for s in driver.servers():
+        driver.delete(s.id)
+    deadline = time.monotonic() + 60
+    while driver.servers() and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def berth(
+    stack: list[dict[str, Any]], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[CloudEnv, str]]:
+    os.environ[TOKEN_VAR] = stack[0]["token"]
+    url = f"sqlite:///{tmp_path_factory.mktemp('berth-os') / 'berth.db'}"
+    env = make_cloud_env(url, grace=0.0)
+    for entry in stack:
+        r = env.post(
+            "/v1/clusters",
+            {
+                "name": entry["name"],
+                "region": "r1",
+                "driver": {"kind": "openstack", "config": config_of(entry)},
+            },
+        )
+        assert r.status_code == 201, r.text
+        _clean(env.clouds.registry.get(entry["name"]))  # type: ignore[arg-type]
+    for entry in stack:
+        env.clouds.reconcile(entry["name"])
+    yield env, url
+    for entry in stack:
+        driver = env.clouds.registry.get(entry["name"])
+        if driver is not None:
+            _clean(driver)
+    env.close()
+
+
+def _settle(env: CloudEnv, cluster: str, want: int | None = None, timeout: float = 120) -> None:
+    """Follow the feed until every server Berth booted is active (or `want` claims remain)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        env.clouds.poll(cluster, 1.0)
+        states = {
+            s.state for s in env.store.list_servers(cluster) if s.state not in ("deleted", "failed")
+        }
+        if (want is None or len(env.claims(cluster)) == want) and states <= {"active"}:
+            return
+    raise AssertionError(f"{cluster} did not settle: {env.store.list_servers(cluster)}")
+
+
+def _nova(env: CloudEnv, cluster: str) -> dict[str, str]:
+    driver = env.clouds.registry.get(cluster)
+    assert driver is not None
+    return {s.name: s.host for s in driver.servers() if s.host and s.state.value != "error"}
+
+
+def _allocations(env: CloudEnv, cluster: str) -> dict[str, str]:
+    """Placement's allocations: instance (server name) -> Berth's host name of the provider."""
+    driver: Any = env.clouds.registry.get(cluster)
+    conn = driver.conn
+    names = {rp.id: rp.name for rp in conn.placement.resource_providers()}
+    out = {}
+    for s in driver.servers():
+        resp = conn.session.get(
+            f"{driver.config.placement}/allocations/{s.id}",
+            headers={"OpenStack-API-Version": "placement 1.39"},
+            endpoint_filter=None,
+        )
+        allocs = resp.json().get("allocations", {})
+        for rp in allocs:
+            out[s.name] = driver.config.prefix + names[rp].split(".")[0]
+    return out
+
+
+def test_two_clusters_join_and_berth_holds_their_hosts(berth, stack):
+    env, _ = berth
+    listed = {c["name"]: c for c in env.get("/v1/clusters").json()}
+    for entry in stack:
+        c = listed[entry["name"]]
+        assert c["driver"]["state"] == "joined"
+        assert c["hosts"] == len(entry["hosts"])
+        assert "token" not in json.dumps(c["driver"]["config"]).lower() or "***" in json.dumps(
+            c["driver"]["config"]
+        )
+
+
+def test_servers_land_on_the_hosts_berth_chose(berth, stack):
+    env, _ = berth
+    cluster = stack[0]["name"]
+    chosen: dict[str, str] = {}
+    started = time.perf_counter()
+    for _ in range(10):
+        r = env.place(cluster, 2, flavor=_flavor(env, cluster))
+        assert r.status_code == 201, r.text
+        chosen.update({i["id"]: i["host"] for i in r.json()["instances"]})
+    booted = time.perf_counter() - started
+    _settle(env, cluster)
+    print(f"\n20 boots through Berth accepted in {booted:.1f} s ({20 / booted:.2f}/s)")
+    assert _nova(env, cluster) == chosen == env.claims(cluster)
+    assert _allocations(env, cluster) == chosen
+
+
+def _flavor(env: CloudEnv, cluster: str) -> str:
+    """The smallest flavor the cluster offers."""
+    flavors = {f["name"]: f for f in env.get("/v1/flavors").json()}
+    driver = env.clouds.registry.get(cluster)
+    assert driver is not None
+    offered = [f.name for f in driver.inventory().flavors if f.name in flavors]
+    return min(offered, key=lambda n: (flavors[n]["vcpus"], flavors[n]["memory_mb"]))
+
+
+def test_a_refused_boot_falls_back_and_a_nova_delete_is_noticed(berth, stack):
+    env, _ = berth
+    cluster = stack[0]["name"]
+    flavor = _flavor(env, cluster)
+    replica = env.app.state.replica
+    replica.sync()
+    with replica.lock:
+        sel = choose(
+            replica, PlaceArgs(flavor, 1, "default", cluster=cluster, seed=11)
+        ).decision.selections[0]
+    driver = env.clouds.registry.get(cluster)
+    assert driver is not None
+    driver.set_host_enabled(sel.host, False, "berth test: refuse")
+    try:
+        r = env.place(cluster, 1, flavor=flavor, seed=11)
+    finally:
+        driver.set_host_enabled(sel.host, True)
+    assert r.status_code == 201, r.text
+    inst = r.json()["instances"][0]
+    assert inst["host"] != sel.host
+    assert inst["server"]["tried"][0]["host"] == sel.host
+    _settle(env, cluster)
+    assert _nova(env, cluster)[inst["id"]] == inst["host"]
+    # deleted directly in Nova: noticed by the feed (a notification, or the next poll)
+    driver.delete(inst["server"]["server_id"])
+    deadline = time.monotonic() + 60
+    while inst["id"] in env.claims(cluster) and time.monotonic() < deadline:
+        env.clouds.poll(cluster, 1.0)
+    assert inst["id"] not in env.claims(cluster)
+    assert env.claims(cluster) == _nova(env, cluster)
+
+
+def test_restart_between_intent_and_boot_then_leave_keeps_servers(berth, stack):
+    env, url = berth
+    cluster = stack[1]["name"]
+    flavor = _flavor(env, cluster)
+    placed = place(env.app.state.replica, PlaceArgs(flavor, 2, "default", cluster=cluster))
+    env.clouds.booter.write_intents(
+        cluster,
+        [
+            BootTarget(Claim(s.instance_id, cluster, flavor), s.host, s.alternates)
+            for s in placed.decision.selections
+        ],
+    )
+    # a second replica on the same database (this one "died" after the intents): it boots them
+    other = make_cloud_env(url, grace=0.0, replica="r2")
+    try:
+        done = other.clouds.reconcile(cluster)
+        assert sorted(done.booted) == sorted(s.instance_id for s in placed.decision.selections)
+        _settle(other, cluster)
+        want = {s.instance_id: s.host for s in placed.decision.selections}
+        assert _nova(other, cluster) == want == other.claims(cluster)
+        # leaving: no more placements, the servers keep running
+        r = other.delete(f"/v1/clusters/{cluster}")
+        assert r.status_code == 200, r.text
+        assert r.json()["driver"]["state"] == "leaving"
+        assert _nova(env, cluster) == want
+    finally:
+        other.client.__exit__(None, None, None)
+        other.store.close()
