@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -33,6 +34,8 @@ from berth.service.placing.errors import BadRequestError
 KINDS = ("openstack", "simulated")
 SECRET_KEYS = ("password", "secret", "token", "application_credential_secret")
 """Config keys that would hold a secret: refused (a config names a credential, never holds one)."""
+
+_URL_PASSWORD = re.compile(r"(://[^:/@]+:)[^@/]*@")
 
 DriverFactory = Callable[[str, str, Mapping[str, Any]], CloudDriver]
 """(cluster, kind, config) -> driver."""
@@ -119,6 +122,8 @@ def redacted(config: Mapping[str, Any]) -> dict[str, Any]:
             out[key] = {k: "***" if k.lower() in SECRET_KEYS else v for k, v in value.items()}
         elif key.lower() in SECRET_KEYS:
             out[key] = "***"
+        elif isinstance(value, str):
+            out[key] = _URL_PASSWORD.sub(r"\1***@", value)  # rabbit://user:***@host
         else:
             out[key] = value
     return out

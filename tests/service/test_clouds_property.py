@@ -1,0 +1,78 @@
+"""After any interleaving of boots, deletes and out-of-band changes (deletes, migrations,
+servers booted behind Berth's back, lost notifications) and one reconcile, Berth's claims equal
+the cloud's servers, host for host."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from berth.cloud.driver import BootRequest, CloudError
+from tests.service.cloudenv import CloudEnv, cloud_fleet, make_cloud_env, servers
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(
+            [
+                "boot",
+                "berth_delete",
+                "cloud_delete",
+                "cloud_migrate",
+                "cloud_boot",
+                "forget",
+                "poll",
+            ]
+        ),
+        st.integers(0, 1000),
+    ),
+    min_size=1,
+    max_size=14,
+)
+_clusters = itertools.count(1)
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CloudEnv]:
+    e = make_cloud_env(f"sqlite:///{tmp_path_factory.mktemp('prop') / 'berth.db'}")
+    yield e
+    e.close()
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ops=OPS)
+def test_claims_equal_servers_after_a_reconcile(env: CloudEnv, ops: list[tuple[str, int]]):
+    name = f"p{next(_clusters)}"
+    cloud = env.join(name, cloud_fleet(name, n=3))
+    hosts = [f"{name}-h-{i}" for i in range(3)]
+    outside = itertools.count()
+    for op, n in ops:
+        live = sorted(cloud.servers(), key=lambda s: s.id)
+        if op == "boot":
+            assert env.place(name, 1 + n % 2, flavor="s2").status_code in (201, 409)
+        elif op == "berth_delete" and env.claims(name):
+            iid = sorted(env.claims(name))[n % len(env.claims(name))]
+            assert env.delete(f"/v1/instances/{iid}").status_code == 204
+        elif op == "cloud_delete" and live:
+            cloud.delete(live[n % len(live)].id)
+        elif op == "cloud_migrate" and live:
+            s = live[n % len(live)]
+            try:
+                cloud.live_migrate(s.id, hosts[(hosts.index(s.host or hosts[0]) + 1) % 3])
+            except CloudError:
+                pass  # full, or not active: the cloud said no
+        elif op == "cloud_boot":
+            with contextlib.suppress(CloudError):
+                cloud.boot(BootRequest(f"{name}-out-{next(outside)}", "s2", hosts[n % 3]))
+        elif op == "forget":
+            cloud.forget_changes()
+        elif op == "poll":
+            env.clouds.poll(name)
+    env.clouds.reconcile(name)
+    assert env.claims(name) == servers(cloud)
