@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import delete, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from berth.store import schema as t
@@ -218,6 +218,29 @@ class Clouds(Database):
                 update(t.cloud_servers)
                 .where(t.cloud_servers.c.instance_id == instance_id)
                 .values(**values)
+            )
+        return self.get_server(instance_id)
+
+    def record_boot(self, instance_id: str, server_id: str, state: str, host: str) -> ServerRecord:
+        """What `boot` answered, unless the change feed already recorded this server (its news
+        is newer than the boot's answer): one conditional UPDATE."""
+        with self._write() as conn:
+            conn.execute(
+                update(t.cloud_servers)
+                .where(
+                    t.cloud_servers.c.instance_id == instance_id,
+                    or_(
+                        t.cloud_servers.c.server_id.is_(None),
+                        t.cloud_servers.c.server_id != server_id,
+                    ),
+                )
+                .values(
+                    server_id=server_id,
+                    state=state,
+                    host=host,
+                    fault=None,
+                    updated_at=time.time(),
+                )
             )
         return self.get_server(instance_id)
 

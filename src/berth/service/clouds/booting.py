@@ -149,11 +149,8 @@ class Booter:
             with contextlib.suppress(CloudError):
                 driver.delete(server.id)
             return None, f"failed: {server.fault or 'the build failed'}"
-        record = self.store.set_server(
-            claim.instance_id,
-            state=server.state.value,
-            server_id=server.id,
-            host=server.host or host,
+        record = self.store.record_boot(
+            claim.instance_id, server.id, server.state.value, server.host or host
         )
         return record, ""
 

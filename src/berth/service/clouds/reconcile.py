@@ -85,8 +85,12 @@ class Repair:
             if s.state is ServerState.ERROR:  # an earlier failed build of ours, left behind
                 self._delete(driver, s, out)
             return
-        if self.booter.inflight(iid):
-            if record is not None and record.server_id is None and s.state is not ServerState.ERROR:
+        if self.booter.inflight(iid):  # record the news; the booter acts on failures
+            if (
+                record is not None
+                and record.server_id in (None, s.id)
+                and s.state is not ServerState.ERROR
+            ):
                 self.store.set_server(iid, state=s.state.value, server_id=s.id, host=s.host)
             return
         if self.defrag.observe(s, iid, record):
