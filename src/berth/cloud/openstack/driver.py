@@ -124,10 +124,15 @@ class OpenStackCloud:
         return host[len(self._prefix) :]
 
     def _flavor_id(self, name: str) -> str:
-        with calling(f"find flavor {name}"):
-            flavor = self.conn.compute.find_flavor(name, ignore_missing=True)
-        if flavor is None:
-            raise CloudError(CloudErrorKind.REFUSED, f"no flavor {name!r} in {self.cluster}")
+        try:
+            with calling(f"find flavor {name}"):
+                flavor = self.conn.compute.find_flavor(name, ignore_missing=False)
+        except CloudError as exc:
+            if exc.kind is CloudErrorKind.NOT_FOUND:
+                raise CloudError(
+                    CloudErrorKind.REFUSED, f"no flavor {name!r} in {self.cluster}"
+                ) from exc
+            raise
         return str(flavor.id)
 
     def boot(self, request: BootRequest) -> Server:
@@ -194,10 +199,15 @@ class OpenStackCloud:
     def wait_for(self, server_id: str, timeout: float = 60.0, interval: float = 0.25) -> Server:
         """Poll until the server is ACTIVE (returned) or ERROR (raised with its fault's kind)."""
         deadline = time.monotonic() + timeout
+        faulted = False
         while True:
             server = self.server(server_id)
             if server.state is ServerState.ACTIVE:
                 return server
+            if server.state is ServerState.ERROR and server.fault is None and not faulted:
+                faulted = True  # Nova writes the fault just after the state: read it once more
+                time.sleep(interval)
+                continue
             if server.state is ServerState.ERROR:
                 raise CloudError(
                     fault_kind(server), server.fault or "build failed", server_id=server_id

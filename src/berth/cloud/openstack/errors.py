@@ -30,6 +30,8 @@ def kind_of_status(status: int | None) -> CloudErrorKind:
 
 
 def as_cloud_error(exc: Exception, what: str, server_id: str | None = None) -> CloudError:
+    if isinstance(exc, sdk.NotFoundException):  # also the SDK's own "no such name" of find_*
+        return CloudError(CloudErrorKind.NOT_FOUND, f"{what}: {exc.message}", server_id=server_id)
     if isinstance(exc, sdk.HttpException):
         status = exc.status_code
         detail = exc.details or exc.message

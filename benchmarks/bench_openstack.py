@@ -1,0 +1,236 @@
+"""The OpenStack driver on the real stack of scripts/ensure-openstack.sh.
+
+Results: benchmarks/results/openstack.md.
+
+Measures: import time of a cluster (`inventory()`), notification lag (Nova's publish time ->
+the driver's log, and a delete call -> `ServerGone` heard), boots per second through the
+driver (each on a chosen host) against Nova's own scheduler (no host) on the same cluster,
+and, with `--providers N`, import time of a Placement with N resource providers created
+through its API (a separate Placement on SQLite, started here from the stack's venv).
+
+    python benchmarks/bench_openstack.py [--boots 10] [--providers 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from berth.cloud.driver import BootRequest, ServerGone
+from berth.cloud.openstack import OpenStackCloud, from_stack
+from berth.cloud.openstack.feed import ChangeLog, NotificationListener
+from berth.cloud.openstack.fleet import FleetParts, build_fleet
+from berth.cloud.openstack.reading import providers
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def stack() -> list[dict[str, Any]]:
+    out = subprocess.run(
+        [str(ROOT / "scripts" / "ensure-openstack.sh"), "up"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(Path(out.stdout.strip().splitlines()[-1]).read_text())["clusters"]
+
+
+def import_seconds(cloud: OpenStackCloud, repeats: int = 5) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        cloud.inventory()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def boot_rate(cloud: OpenStackCloud, n: int, *, chosen: bool, flavor: str = "m1.tiny") -> float:
+    """Boots per second: n boots sent one after another, until all are ACTIVE, then deleted.
+
+    `chosen`: through the driver, each on a host picked round-robin (what Berth does);
+    otherwise straight through the SDK without a host, so that Nova's scheduler picks.
+    """
+    hosts = sorted(h.name for h in cloud.inventory().hosts if h.enabled)
+    ids = []
+    t0 = time.perf_counter()
+    for i in range(n):
+        name = f"bench-{uuid.uuid4().hex[:8]}"
+        if chosen:
+            ids.append(cloud.boot(BootRequest(name, flavor, hosts[i % len(hosts)])).id)
+        else:
+            flv = cloud.conn.compute.find_flavor(flavor, ignore_missing=False)
+            created = cloud.conn.compute.create_server(
+                name=name, flavor_id=flv.id, image_id=cloud.config.boot_image, networks="none"
+            )
+            ids.append(created.id)
+    for sid in ids:
+        cloud.wait_for(sid, timeout=300)
+    rate = n / (time.perf_counter() - t0)
+    for sid in ids:
+        cloud.delete(sid)
+    return rate
+
+
+def notification_lags(entry: dict[str, Any], n: int) -> tuple[float, float]:
+    """(median publish -> driver log, median delete call -> ServerGone heard), in seconds."""
+    lags: list[float] = []
+
+    def on_message(note: dict[str, Any]) -> None:
+        sent = dt.datetime.strptime(note["timestamp"], "%Y-%m-%d %H:%M:%S.%f")
+        lags.append(time.time() - sent.replace(tzinfo=dt.UTC).timestamp())
+
+    log = ChangeLog()
+    listener = NotificationListener(
+        entry["transport_url"], "nova", "versioned_notifications", "lag.", log, on_message
+    )
+    listener.start()
+    listener.ready.wait(10)
+    cloud = from_stack(entry)
+    cloud.wait_listening(10)
+    gone: list[float] = []
+    try:
+        for _ in range(n):
+            s = cloud.boot(BootRequest(f"lag-{uuid.uuid4().hex[:8]}", "m1.tiny", cloud_host(cloud)))
+            cloud.wait_for(s.id)
+            cursor = cloud.changes(None).cursor
+            t0 = time.perf_counter()
+            cloud.delete(s.id)
+            heard = False
+            while not heard:
+                batch = cloud.changes(cursor, timeout=5)
+                cursor = batch.cursor
+                heard = any(
+                    isinstance(c, ServerGone) and c.server_id == s.id for c in batch.changes
+                )
+            gone.append(time.perf_counter() - t0)
+    finally:
+        listener.stop()
+        cloud.close()
+    return statistics.median(lags), statistics.median(gone)
+
+
+def cloud_host(cloud: OpenStackCloud) -> str:
+    return sorted(h.name for h in cloud.inventory().hosts if h.enabled)[0]
+
+
+def placement_only(count: int) -> dict[str, float]:
+    """A Placement on SQLite with `count` providers made through its API; create and import."""
+    home = Path(os.environ.get("BERTH_OPENSTACK_HOME", Path.home() / ".cache" / "berth-openstack"))
+    venv = home / "venv" / "bin"
+    port = 28790
+    with tempfile.TemporaryDirectory() as tmp:
+        conf = Path(tmp)
+        (conf / "placement.conf").write_text(
+            f"[api]\nauth_strategy = noauth2\n[placement_database]\n"
+            f"connection = sqlite:///{tmp}/placement.db\n"
+        )
+        (conf / "gunicorn.conf.py").write_text(
+            f'wsgi_app = "placement.wsgi.api:application"\nbind = "127.0.0.1:{port}"\nworkers = 1\n'
+        )
+        subprocess.run(
+            [venv / "placement-manage", "--config-file", conf / "placement.conf", "db", "sync"],
+            check=True,
+            capture_output=True,
+        )
+        env = {**os.environ, "OS_PLACEMENT_CONFIG_DIR": tmp}
+        env.pop("PYTHONPATH", None)
+        proc = subprocess.Popen(
+            [venv / "gunicorn"],
+            cwd=tmp,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            import openstack
+
+            conn = openstack.connect(
+                auth_type="admin_token",
+                auth={"endpoint": f"http://127.0.0.1:{port}", "token": "admin"},
+                placement_endpoint_override=f"http://127.0.0.1:{port}",
+            )
+            for _ in range(100):
+                try:
+                    conn.placement.get("/", microversion="1.39").raise_for_status()
+                    break
+                except Exception:
+                    time.sleep(0.2)
+            t0 = time.perf_counter()
+            for i in range(count):
+                rp = str(uuid.uuid4())
+                conn.placement.post(
+                    "/resource_providers",
+                    json={"name": f"rp{i:05d}", "uuid": rp},
+                    microversion="1.39",
+                ).raise_for_status()
+                inv = {
+                    "inventories": {
+                        "VCPU": {"total": 64, "allocation_ratio": 4.0},
+                        "MEMORY_MB": {"total": 262144, "reserved": 4096},
+                        "DISK_GB": {"total": 2000},
+                    },
+                    "resource_provider_generation": 0,
+                }
+                conn.placement.put(
+                    f"/resource_providers/{rp}/inventories", json=inv, microversion="1.39"
+                ).raise_for_status()
+            created = time.perf_counter() - t0
+            times = []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                fleet = build_fleet(FleetParts(prefix="p.", providers=providers(conn)))
+                times.append(time.perf_counter() - t0)
+            assert len(fleet.hosts) == count
+            return {"create": created, "import": statistics.median(times)}
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--boots", type=int, default=10)
+    ap.add_argument("--lags", type=int, default=5)
+    ap.add_argument("--providers", type=int, default=0)
+    args = ap.parse_args()
+    clusters = stack()
+    for entry in clusters:
+        cloud = from_stack(entry, notifications=False)
+        print(
+            f"{entry['name']}: import median {import_seconds(cloud) * 1000:.0f} ms "
+            f"({len(cloud.inventory().hosts)} hosts)"
+        )
+        cloud.close()
+    entry = clusters[0]
+    cloud = from_stack(entry, notifications=False)
+    driver = boot_rate(cloud, args.boots, chosen=True)
+    nova = boot_rate(cloud, args.boots, chosen=False)
+    print(
+        f"boots/s {args.boots} boots: driver (chosen host) {driver:.2f}, "
+        f"Nova's scheduler {nova:.2f}"
+    )
+    cloud.close()
+    publish, gone = notification_lags(entry, args.lags)
+    print(
+        f"notification lag median: publish->driver {publish * 1000:.1f} ms, "
+        f"delete call->ServerGone {gone * 1000:.0f} ms"
+    )
+    if args.providers:
+        got = placement_only(args.providers)
+        print(
+            f"placement-only {args.providers} providers: created in {got['create']:.1f} s, "
+            f"import median {got['import']:.2f} s"
+        )
+
+
+if __name__ == "__main__":
+    main()
