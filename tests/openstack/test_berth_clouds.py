@@ -9,41 +9,27 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
 import time
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.service.cloudenv import CloudEnv, make_cloud_env
 
 from berth.cloud.driver import CloudError
 from berth.service.clouds.booting import BootTarget
 from berth.service.clouds.claiming import Claim
 from berth.service.placing.plain import PlaceArgs, choose, place
+from tests.service.cloudenv import CloudEnv, make_cloud_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.openstack]
 
-ROOT = Path(__file__).resolve().parents[2]
 TOKEN_VAR = "BERTH_TEST_OPENSTACK_TOKEN"
 
 
 @pytest.fixture(scope="module")
-def stack() -> list[dict[str, Any]]:
-    """The clusters of scripts/ensure-openstack.sh (started once; `up` is idempotent)."""
-    done = subprocess.run(
-        [str(ROOT / "scripts" / "ensure-openstack.sh"), "up"],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.fail(f"ensure-openstack.sh up failed:\n{done.stdout}\n{done.stderr}")
-    path = Path(done.stdout.strip().splitlines()[-1])
-    clusters: list[dict[str, Any]] = json.loads(path.read_text())["clusters"]
-    return clusters
+def stack(openstack_clusters: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The clusters of scripts/ensure-openstack.sh (tests/openstack/conftest.py)."""
+    return openstack_clusters
 
 
 def config_of(entry: dict[str, Any]) -> dict[str, Any]:
