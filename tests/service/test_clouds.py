@@ -234,6 +234,9 @@ def test_a_defrag_plan_runs_as_live_migrations(env: CloudEnv):
     assert r.status_code == 201, r.text
     plan = r.json()
     assert plan["migrations"] > 0
+    auto = env.post(f"/v1/defrag/plans/{plan['id']}/execute", {"auto_confirm": True})
+    assert auto.status_code == 422  # the cloud confirms the steps, not the service
+    assert auto.json()["error"]["field"] == "auto_confirm"
     assert env.post(f"/v1/defrag/plans/{plan['id']}/execute", {}).status_code == 200
     defrag = env.app.state.defrag
     for _ in range(50):

@@ -77,6 +77,13 @@ def claim_on(replica: Replica, claim: Claim, host: str) -> CommitResult:
     raise ClaimRefusedError(f"host {host}: {last}")
 
 
+def check_fits(replica: Replica, claim: Claim, host: str) -> None:
+    """`ClaimRefusedError` unless `claim` fits on `host` in the replica's table now."""
+    replica.sync()
+    with replica.lock:
+        _plan(replica, claim, host)
+
+
 def _plan(
     replica: Replica, claim: Claim, host: str
 ) -> tuple[NewInstance, dict[str, int], dict[str, int], dict[str, HostCapacity]]:

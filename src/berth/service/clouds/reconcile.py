@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from berth.cloud.driver import CloudDriver, CloudError, Server, ServerState
 from berth.service.clouds.booting import Booter
-from berth.service.clouds.claiming import Claim, claim_on
+from berth.service.clouds.claiming import Claim, check_fits, claim_on
 from berth.service.clouds.defrag_exec import DefragExecutor
 from berth.service.clouds.errors import ClaimRefusedError
 from berth.service.replica import Replica
@@ -207,7 +207,15 @@ class Repair:
         out.imported.append(s.name)
 
     def _move(self, inst: InstanceRow, host: str, out: Repairs) -> None:
-        """The server runs on `host`, not where Berth claimed it: move the claim."""
+        """The server runs on `host`, not where Berth claimed it: move the claim. When Berth's
+        model says it does not fit there, the claim stays where it was (its resources stay
+        accounted for) and the move is reported."""
+        try:
+            check_fits(self.replica, Claim.of(inst), host)
+        except ClaimRefusedError as exc:
+            out.unaccounted[inst.id] = f"moved to {host} by the cloud: {exc}"
+            log.warning("instance %s moved to %s: cannot be claimed there: %s", inst.id, host, exc)
+            return
         with contextlib.suppress(NotFoundError):
             self.replica.release(inst.id)
         try:
