@@ -61,7 +61,9 @@ class CloudEnv:
     def delete(self, path: str) -> Any:
         return self.client.delete(path, headers=self.h())
 
-    def join(self, name: str, fleet: Fleet, region: str = "r1") -> SimulatedCloud:
+    def join(
+        self, name: str, fleet: Fleet, region: str = "r1", boot_seconds: float = 0.0
+    ) -> SimulatedCloud:
         """Join a new simulated cloud `name`; the cloud itself."""
         cloud_name = f"sim-{name}-{next(_names)}"
         r = self.post(
@@ -71,7 +73,11 @@ class CloudEnv:
                 "region": region,
                 "driver": {
                     "kind": "simulated",
-                    "config": {"cloud": cloud_name, "fleet": fleet.model_dump(mode="json")},
+                    "config": {
+                        "cloud": cloud_name,
+                        "fleet": fleet.model_dump(mode="json"),
+                        "boot_seconds": boot_seconds,
+                    },
                 },
             },
         )
@@ -104,7 +110,9 @@ def servers(cloud: SimulatedCloud) -> dict[str, str]:
     return {s.name: s.host for s in cloud.servers() if s.state.value != "error" and s.host}
 
 
-def make_cloud_env(url: str, *, grace: float = 0.0, replica: str = "r1") -> CloudEnv:
+def make_cloud_env(
+    url: str, *, grace: float = 0.0, replica: str = "r1", build_timeout: float = 600.0
+) -> CloudEnv:
     store = Store.open(url, replica=replica)
     if "r1" not in {r["name"] for r in store.list_regions()}:
         store.add_region("r1")
@@ -113,6 +121,7 @@ def make_cloud_env(url: str, *, grace: float = 0.0, replica: str = "r1") -> Clou
         replica_id=replica,
         token_cache_ttl=0.0,
         cloud_boot_grace=grace,
+        cloud_build_timeout=build_timeout,
     )
     app = create_app(config, store=store, background=False)
     token = store.create_token("admin", "admin")[1]

@@ -139,6 +139,26 @@ def test_a_failed_build_falls_back_and_leaves_no_error_server(env: CloudEnv):
     assert [s.name for s in cloud.servers()] == [inst["id"]]  # the ERROR server was deleted
 
 
+def test_a_build_that_never_finishes_falls_back(tmp_path: Path):
+    env = make_cloud_env(f"sqlite:///{tmp_path / 'berth.db'}", build_timeout=0.0)
+    try:
+        cloud = env.join("c1", cloud_fleet("c1", n=3), boot_seconds=3600)
+        host, alternates = _chosen(env, seed=5)
+        r = env.place("c1", 1, seed=5)
+        assert r.status_code == 201, r.text
+        iid = r.json()["instances"][0]["id"]
+        assert r.json()["instances"][0]["server"]["state"] == "building"
+        env.clouds.reconcile("c1")  # still building past the timeout: deleted, next alternate
+        got = env.get(f"/v1/instances/{iid}").json()
+        assert got["host"] == alternates[0]
+        assert got["server"]["tried"] == [
+            {"host": host, "error": "failed: still building after 0 s"}
+        ]
+        assert servers(cloud) == {iid: alternates[0]} == env.claims("c1")
+    finally:
+        env.close()
+
+
 def test_no_host_boots_it_explained_failure_claims_released(env: CloudEnv):
     cloud = env.join("c1", cloud_fleet("c1", n=3))
     env.place("c1", 1)

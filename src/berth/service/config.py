@@ -36,5 +36,8 @@ class ServiceConfig:
     cloud_boot_grace: float = 30.0
     """Age (s) after which a claim without a server counts as a boot to resume, not one that
     another replica is still making."""
+    cloud_build_timeout: float = 600.0
+    """Seconds a server Berth booted may stay building before the boot counts as failed (the
+    server deleted, the next alternate tried)."""
     max_clock_skew: float = 300.0
     """How far (s) a host report's timestamp may be ahead of this replica's clock (422 beyond)."""

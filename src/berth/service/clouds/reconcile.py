@@ -66,13 +66,19 @@ class Repair:
     """Applies the cloud's truth about one cluster's servers to Berth's claims."""
 
     def __init__(
-        self, replica: Replica, booter: Booter, defrag: DefragExecutor, grace: float = 30.0
+        self,
+        replica: Replica,
+        booter: Booter,
+        defrag: DefragExecutor,
+        grace: float = 30.0,
+        build_timeout: float = 600.0,
     ) -> None:
         self.replica = replica
         self.store = replica.store
         self.booter = booter
         self.defrag = defrag
         self.grace = grace
+        self.build_timeout = build_timeout
 
     # ------------------------------------------------------------------ one change
     def server(self, cluster: str, driver: CloudDriver, s: Server, out: Repairs) -> None:
@@ -103,6 +109,11 @@ class Repair:
                 self.booter.retry_build(driver, record, s.id, s.fault or "the build failed")
             elif record is not None:
                 self.store.set_server(iid, state="error", fault=s.fault, server_id=s.id)
+            return
+        if self._stuck(record, s):
+            assert record is not None
+            why = f"still building after {self.build_timeout:g} s"
+            self.booter.retry_build(driver, record, s.id, why)
             return
         inst = self._instance(iid)
         if record is None or record.state == "deleted":
@@ -186,6 +197,16 @@ class Repair:
         return out
 
     # ------------------------------------------------------------------ repairs
+    def _stuck(self, record: ServerRecord | None, s: Server) -> bool:
+        """A server Berth booted that has been building for longer than `build_timeout`."""
+        return (
+            record is not None
+            and s.state is ServerState.BUILDING
+            and record.server_id == s.id
+            and record.state == "building"
+            and time.time() - record.updated_at > self.build_timeout
+        )
+
     def _instance(self, iid: str) -> InstanceRow | None:
         try:
             return self.store.get_instance(iid)

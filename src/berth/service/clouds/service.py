@@ -44,7 +44,9 @@ class CloudService:
         self.registry = CloudRegistry(factory)
         self.booter = Booter(replica, self.registry)
         self.executor = DefragExecutor(defrag)
-        self.repair = Repair(replica, self.booter, self.executor, cfg.cloud_boot_grace)
+        self.repair = Repair(
+            replica, self.booter, self.executor, cfg.cloud_boot_grace, cfg.cloud_build_timeout
+        )
         self.background = background
         self.running = False
         self.feeds: dict[str, ChangeFeed] = {}
