@@ -226,6 +226,25 @@ def test_migration_behind_berths_back_moves_the_claim(env: CloudEnv):
     assert env.claims("c1") == {iid: target} == servers(cloud)
 
 
+def test_a_server_reported_deleted_releases_its_claim(env: CloudEnv):
+    """Nova's `instance.delete.start` arrives as the server in state DELETED, before it is gone."""
+    from dataclasses import replace
+
+    from berth.cloud.driver import ServerState
+    from berth.service.clouds.reconcile import Repairs
+
+    cloud = env.join("c1", cloud_fleet("c1", n=3))
+    env.place("c1", 1)
+    env.clouds.poll("c1")
+    ((iid, _),) = env.claims("c1").items()
+    (server,) = cloud.servers()
+    out = Repairs()
+    env.clouds.repair.server("c1", cloud, replace(server, state=ServerState.DELETED), out)
+    assert out.released == [iid]
+    assert env.claims("c1") == {}
+    assert env.store.get_server(iid).state == "deleted"
+
+
 def test_berth_delete_deletes_the_server(env: CloudEnv):
     cloud = env.join("c1", cloud_fleet("c1", n=3))
     r = env.place("c1", 2)

@@ -87,6 +87,9 @@ class Repair:
         iid = record.instance_id if record is not None else s.name
         if record is not None and record.server_id == s.id and record.state == "deleted":
             return  # news older than the server's deletion
+        if s.state is ServerState.DELETED:  # a delete under way (Nova's delete.start) is gone
+            self.gone(cluster, s.id, out)
+            return
         if record is not None and record.server_id not in (None, s.id):
             if s.state is ServerState.ERROR:  # an earlier failed build of ours, left behind
                 self._delete(driver, s, out)
