@@ -1,8 +1,10 @@
 """Berth driving the two real OpenStack clusters of scripts/ensure-openstack.sh (Nova 34,
-Placement 16, Glance, fake-driver computes): join both, boot through Berth on the hosts it
-chose (Placement's allocations match Berth's claims), fall back on a refused host, notice a
-server deleted in Nova, leave a cluster with its servers running, and recover a restart
-between the boot intent and the boot. Slow: the stack starts once per session."""
+Placement 16, Glance, fake-driver computes): join both (Berth's capacity equals Placement's),
+boot 100 servers through Berth on the hosts it chose (Placement's allocations match Berth's
+claims), fall back when Nova fails a boot on a disabled host, notice a server deleted in Nova,
+run a defrag plan as real live migrations, recover a restart between the boot intent and the
+boot, and leave a cluster with its servers running. The stack is shared: only Berth's own
+servers are compared and cleaned up. Slow: the stack starts once per session."""
 
 from __future__ import annotations
 
@@ -253,6 +255,45 @@ def test_a_refused_boot_falls_back_and_a_nova_delete_is_noticed(berth, stack):
     while inst["id"] in env.claims(cluster) and time.monotonic() < deadline:
         env.clouds.poll(cluster, 1.0)
     assert inst["id"] not in env.claims(cluster)
+
+
+def test_a_defrag_plan_runs_as_live_migrations(berth, stack):
+    env, _ = berth
+    cluster = stack[0]["name"]
+    flavor = _flavor(env, cluster)
+    mine: list[str] = []
+    for _ in range(len(stack[0]["hosts"])):  # one server per host
+        env.clouds.poll(cluster)
+        r = env.place(cluster, 1, flavor=flavor, different_host=mine)
+        assert r.status_code == 201, r.text
+        mine.append(r.json()["instances"][0]["id"])
+    _settle(env, cluster)
+    r = env.post(
+        "/v1/defrag/plans",
+        {
+            "cluster": cluster,
+            "target": {"objective": "empty-hosts"},
+            "budget": {"max_migrations": 2},
+        },
+    )
+    assert r.status_code == 201, r.text
+    plan = r.json()
+    assert plan["migrations"] > 0
+    assert env.post(f"/v1/defrag/plans/{plan['id']}/execute", {}).status_code == 200
+    defrag = env.app.state.defrag
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        defrag.tick()
+        env.clouds.poll(cluster, 1.0)
+        final = env.get(f"/v1/defrag/plans/{plan['id']}").json()
+        if final["state"] == "done":
+            break
+    assert final["state"] == "done", final
+    moved = {s["instance_id"]: s["target"] for s in final["steps"] if s["state"] == "done"}
+    assert moved  # real live migrations, each confirmed when Nova reported the server there
+    assert _nova(env, cluster, moved) == moved == _claims(env, cluster, moved)
+    allocations = _allocations(env, cluster)
+    assert {k: allocations.get(k) for k in moved} == moved
 
 
 def test_restart_between_intent_and_boot_then_leave_keeps_servers(berth, stack):
