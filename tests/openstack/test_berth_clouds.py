@@ -71,7 +71,9 @@ def berth(
 ) -> Iterator[tuple[CloudEnv, str]]:
     os.environ[TOKEN_VAR] = stack[0]["token"]
     url = f"sqlite:///{tmp_path_factory.mktemp('berth-os') / 'berth.db'}"
-    env = make_cloud_env(url, grace=0.0)
+    # a build Nova leaves in BUILD (its conductor out of database connections on a busy
+    # machine) is given up after 2 minutes and booted on an alternate, as the service would
+    env = make_cloud_env(url, grace=0.0, build_timeout=120.0)
     for entry in stack:
         r = env.post(
             "/v1/clusters",
