@@ -104,7 +104,13 @@ def test_regions(env: Env):
 
 def test_clusters_join_and_leave_at_run_time(env: Env):
     clusters = {c["name"]: c for c in env.get("/v1/clusters").json()}
-    assert clusters["az1"] == {"name": "az1", "region": "idc-north", "state": "active", "hosts": 91}
+    assert clusters["az1"] == {
+        "name": "az1",
+        "region": "idc-north",
+        "state": "active",
+        "hosts": 91,
+        "driver": None,
+    }
     resp = env.post("/v1/clusters", {"name": "az9", "region": "idc-east"}, "operator")
     assert resp.status_code == 201
     assert error(env.post("/v1/clusters", {"name": "az8", "region": "mars"}))["field"] == "region"

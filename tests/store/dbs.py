@@ -72,7 +72,7 @@ TABLES = (
     "events, instances, evictions, idempotency, placement_outcomes, host_cells, hosts, "
     "ip_pools, pools, clusters, regions, flavors, images, deployment_sets, tokens, "
     "aggregates, pci_aliases, elastic_commands, elastic_vms, elastic_vm_states, "
-    "elastic_hook_runs, elastic_groups, elastic_settings, host_power"
+    "elastic_hook_runs, elastic_groups, elastic_settings, host_power, cloud_clusters, cloud_servers"
 )
 
 

@@ -357,6 +357,7 @@ def demo(
 # Command groups that live in their own modules register themselves here, one line each.
 from berth.cli.agent import register as _register_agent  # noqa: E402
 from berth.cli.api import register as _register_api  # noqa: E402
+from berth.cli.cluster import register as _register_cluster  # noqa: E402
 from berth.cli.db import db_load_demo as _db_load_demo  # noqa: E402
 from berth.cli.db import register as _register_db  # noqa: E402
 from berth.cli.defrag import register as _register_defrag  # noqa: E402
@@ -373,6 +374,7 @@ _register_simulate(app)
 _register_defrag(app)
 _register_agent(app)
 _register_elastic(app)
+_register_cluster(app)
 demo_app.command("load")(_db_load_demo)  # `berth demo load` = `berth db load-demo`
 
 

@@ -20,6 +20,8 @@ from fastapi.routing import iter_route_contexts
 
 from berth.core import jit
 from berth.service.auth import Authenticator
+from berth.service.clouds.registry import DriverFactory, make_driver
+from berth.service.clouds.service import CloudService
 from berth.service.config import ServiceConfig
 from berth.service.defrag import DefragService, DefragThread
 from berth.service.elastic.loop import ElasticLoop
@@ -77,6 +79,7 @@ def create_app(
     background: bool = True,
     simulate_heartbeats: bool = False,
     elastic_loop: Callable[[Replica, ElasticMetrics], ElasticLoop] | None = None,
+    drivers: DriverFactory = make_driver,
 ) -> FastAPI:
     jit.prepare()  # the first placement does not wait for the engine's compiled kernels
     store = store or Store.open(config.db_url, replica=config.replica_id)
@@ -89,6 +92,8 @@ def create_app(
     defrag_driver = DefragThread(defrag_service, config.poll_interval * 2)
     elastic_metrics = ElasticMetrics(metrics.registry, store)
     loop = None if elastic_loop is None else elastic_loop(replica, elastic_metrics)
+    clouds = CloudService(replica, defrag_service, drivers, background=background)
+    clouds.start()
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -97,7 +102,9 @@ def create_app(
             defrag_driver.start()
             if loop is not None:
                 loop.start()
+            clouds.run()
         yield
+        clouds.close()
         if background:
             if loop is not None:
                 loop.close()
@@ -124,6 +131,7 @@ def create_app(
     app.state.defrag = defrag_service
     app.state.elastic = loop
     app.state.elastic_metrics = elastic_metrics
+    app.state.clouds = clouds
     for router in ROUTERS:
         app.include_router(router)
     for _route in iter_route_contexts(app.routes):

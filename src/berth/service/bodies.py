@@ -7,7 +7,7 @@ from typing import Any
 from berth.service import schemas as s
 from berth.store.defrag import migrating_instance
 from berth.store.footprint import Footprint
-from berth.store.repo import InstanceRow
+from berth.store.repo import InstanceRow, ServerRecord
 
 _CELL_USE = ("vcpus", "pcpus", "memory_mb", "hugepages_mb")
 
@@ -26,7 +26,21 @@ def cells(fp: Footprint) -> list[s.CellUse]:
     return [s.CellUse(**c) for c in cell_dicts(fp)]
 
 
-def instance_out(row: InstanceRow) -> s.InstanceOut:
+def server_out(r: ServerRecord) -> s.ServerOut:
+    return s.ServerOut(
+        instance_id=r.instance_id,
+        cluster=r.cluster,
+        server_id=r.server_id,
+        host=r.host,
+        flavor=r.flavor,
+        state=r.state,
+        fault=r.fault,
+        alternates=list(r.alternates),
+        tried=[dict(t) for t in r.tried],
+    )
+
+
+def instance_out(row: InstanceRow, server: ServerRecord | None = None) -> s.InstanceOut:
     return s.InstanceOut(
         id=row.id,
         project=row.project,
@@ -41,4 +55,5 @@ def instance_out(row: InstanceRow) -> s.InstanceOut:
         host_use=row.placement["host"],
         created_at=row.created_at,
         migration_of=migrating_instance(row.id),
+        server=None if server is None else server_out(server),
     )

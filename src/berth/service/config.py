@@ -29,5 +29,15 @@ class ServiceConfig:
     """Weight of the replica-spread weigher (0: off); see `berth.service.spread`."""
     max_body_bytes: int = 4 << 20
     """Largest request body accepted (413 above it); a 10,000-instance report fits."""
+    cloud_poll_interval: float = 1.0
+    """Seconds a cluster's change feed waits for changes per poll (docs/openstack.md)."""
+    cloud_reconcile_interval: float = 60.0
+    """Seconds between full reconciliations of a cluster Berth drives with its cloud."""
+    cloud_boot_grace: float = 30.0
+    """Age (s) after which a claim without a server counts as a boot to resume, not one that
+    another replica is still making."""
+    cloud_build_timeout: float = 600.0
+    """Seconds a server Berth booted may stay building before the boot counts as failed (the
+    server deleted, the next alternate tried)."""
     max_clock_skew: float = 300.0
     """How far (s) a host report's timestamp may be ahead of this replica's clock (422 beyond)."""

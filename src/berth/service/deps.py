@@ -27,6 +27,7 @@ from berth.service.auth import (
     require_reporter,
     require_vm,
 )
+from berth.service.clouds.service import CloudService
 from berth.service.config import ServiceConfig
 from berth.service.defrag import DefragService
 from berth.service.errors import ApiError
@@ -135,3 +136,4 @@ ReplicaDep = Annotated[Replica, Depends(_app_state("replica"))]
 MetricsDep = Annotated[Metrics, Depends(_app_state("metrics"))]
 AuthDep = Annotated[Authenticator, Depends(_app_state("auth"))]
 DefragDep = Annotated[DefragService, Depends(_app_state("defrag"))]
+CloudsDep = Annotated[CloudService, Depends(_app_state("clouds"))]

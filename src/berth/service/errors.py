@@ -25,6 +25,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from berth.core.errors import BerthError, FleetError, SpecError
+from berth.service.clouds.errors import BootFailedError, ClaimRefusedError, CloudUnavailableError
 from berth.service.placing.errors import BadRequestError, ContentionError, NoPlacementError
 from berth.store.errors import (
     AlreadyExistsError,
@@ -124,6 +125,9 @@ ERROR_STATUS: dict[type[BerthError], ErrorRule] = {
     BadRequestError: ErrorRule(422, field=True),
     NoPlacementError: ErrorRule(409, "no_valid_host", details=_no_placement_details),
     ContentionError: ErrorRule(409, "contention", headers=RETRY_SOON),
+    BootFailedError: ErrorRule(409, "boot_failed", details=lambda exc: exc.details),
+    ClaimRefusedError: ErrorRule(409, "claim_refused"),
+    CloudUnavailableError: ErrorRule(502, "cloud_unavailable"),
     SpecError: ErrorRule(422, "invalid_input"),
     FleetError: ErrorRule(422, "invalid_input"),
     StoreError: ErrorRule(409),

@@ -444,8 +444,8 @@ class Replica:
             self.needs_reload = self.needs_reload or self._listeners_reload_on(kind)
         elif kind in ("image_added", "network_added"):
             self.needs_reload = self.needs_reload or self._listeners_reload_on(kind)
-        elif kind == "discrepancy":
-            pass  # nothing the tables hold
+        elif kind == "discrepancy" or kind.startswith("cloud_"):
+            pass  # nothing the tables hold (a cloud cluster's state: berth.service.clouds)
         else:  # hosts_added, cluster_joined/left, pool_added, aggregates, aliases, unknown
             self.needs_reload = True
 

@@ -41,9 +41,29 @@ class Region(BaseModel):
     description: str
 
 
+class DriverIn(_In):
+    """How Berth reaches a cluster's cloud (docs/openstack.md): never a secret in `config`."""
+
+    kind: Literal["openstack", "simulated"]
+    config: dict[str, Any] = Field(
+        description="endpoints and `credential_ref` (an environment variable or file the "
+        "driver reads); a simulated cloud: `cloud` (its name) and `fleet`"
+    )
+
+
 class ClusterIn(_In):
     name: Ident
-    region: Ident
+    region: Ident = Field(description="the region or IDC the cluster joins")
+    driver: DriverIn | None = Field(
+        None, description="a cloud Berth drives: its inventory is imported (admin only)"
+    )
+
+
+class DriverOut(BaseModel):
+    kind: str
+    state: Literal["joining", "joined", "leaving"]
+    config: dict[str, Any]
+    reconciled_at: float | None = None
 
 
 class Cluster(BaseModel):
@@ -51,6 +71,25 @@ class Cluster(BaseModel):
     region: str
     state: Literal["active", "left"]
     hosts: int = 0
+    driver: DriverOut | None = None
+
+
+class ServerOut(BaseModel):
+    """A server Berth booted or adopted in a cluster it drives."""
+
+    instance_id: str
+    cluster: str
+    server_id: str | None = Field(description="the cloud's id; null until the cloud answered")
+    host: str
+    flavor: str
+    state: Literal[
+        "intent", "building", "active", "migrating", "shutoff", "error", "deleted", "failed"
+    ]
+    fault: str | None = None
+    alternates: list[str] = Field(default_factory=list)
+    tried: list[dict[str, str]] = Field(
+        default_factory=list, description="failed boots: {host, error}"
+    )
 
 
 class PoolIn(_In):
@@ -279,6 +318,9 @@ class InstanceOut(BaseModel):
         description="set on a live migration's claim on its target host (row id "
         "`<instance>@migrating`): the instance being moved; it holds resources until the move "
         "is confirmed or aborted",
+    )
+    server: ServerOut | None = Field(
+        None, description="its server, in a cluster Berth drives (docs/openstack.md)"
     )
 
 

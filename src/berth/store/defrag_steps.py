@@ -155,6 +155,27 @@ class DefragSteps(DefragTables):
             )
         return self._get_step(plan_id, step)
 
+    def reopen_step(
+        self, plan_id: str, step: int, target: str, footprint: Footprint, reason: str
+    ) -> StepRow:
+        """Give a step whose live migration failed (`aborted`: its target claim released) a new
+        target: it starts again as `replanned`."""
+        with self.store._write() as conn:
+            self._plan_locked(conn, plan_id)
+            s = self._step_locked(conn, plan_id, step)
+            if s.state != "aborted":
+                raise StepStateError(f"step {step} of {plan_id!r} is {s.state}, not aborted")
+            self._set_step(
+                conn,
+                s,
+                state="replanned",
+                target=target,
+                footprint=footprint,
+                reason=reason,
+                replans=s.replans + 1,
+            )
+        return self._get_step(plan_id, step)
+
     def skip_step(self, plan_id: str, step: int, reason: str) -> StepRow:
         with self.store._write() as conn:
             s = self._step_locked(conn, plan_id, step)

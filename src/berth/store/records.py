@@ -22,6 +22,36 @@ class ClusterRow:
 
 
 @dataclass(frozen=True)
+class CloudClusterRow:
+    """A cluster Berth drives through a cloud driver (`berth.store.clouds`)."""
+
+    name: str
+    kind: str  # openstack | simulated
+    config: dict[str, Any]  # endpoints and a credential reference, never a secret
+    state: str  # joining | joined | leaving
+    cursor: str | None
+    reconciled_at: float | None
+    created_at: float
+
+
+@dataclass(frozen=True)
+class ServerRecord:
+    """What Berth knows of one server it booted or adopted, keyed by its instance id."""
+
+    instance_id: str
+    cluster: str
+    server_id: str | None  # None: the cloud was asked (or is about to be) and has not answered
+    host: str
+    flavor: str
+    state: str  # intent | building | active | migrating | shutoff | error | deleted | failed
+    fault: str | None
+    alternates: tuple[str, ...]
+    tried: tuple[dict[str, str], ...]
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True)
 class PoolRow:
     cluster: str
     name: str

@@ -16,6 +16,7 @@
     elastic_vms.ElasticVms            elastic VMs, their state machine, history, heartbeats
     elastic_commands.ElasticCommands  the control-command log of each VM
     elastic_hooks.ElasticHooks        join/leave hook runs, host power
+    clouds.Clouds       clusters driven through a cloud driver, the servers Berth boots
 
 Why inheritance rather than a facade that forwards each call: the resource classes share no state
 but the `Database` base and define disjoint method names (a test checks it), so `Store` is their
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 from berth.store.catalogue import Catalogue
 from berth.store.claims import Claims
+from berth.store.clouds import Clouds
 from berth.store.db import make_engine, upgrade
 from berth.store.elastic_commands import ElasticCommands
 from berth.store.elastic_groups import ElasticGroups
@@ -41,6 +43,7 @@ from berth.store.hosts import Hosts
 from berth.store.instances import Instances
 from berth.store.outcomes import Outcomes, day_of
 from berth.store.records import (
+    CloudClusterRow,
     ClusterRow,
     CommitResult,
     EventRow,
@@ -52,6 +55,7 @@ from berth.store.records import (
     NewInstance,
     Outcome,
     PoolRow,
+    ServerRecord,
     Snapshot,
     TokenRow,
     instance_set_key,
@@ -63,6 +67,7 @@ from berth.store.tokens import Tokens, hash_token, is_expired
 from berth.store.topology import Topology
 
 __all__ = [
+    "CloudClusterRow",
     "ClusterRow",
     "CommitResult",
     "EventRow",
@@ -74,6 +79,7 @@ __all__ = [
     "NewInstance",
     "Outcome",
     "PoolRow",
+    "ServerRecord",
     "Snapshot",
     "Store",
     "TokenRow",
@@ -99,6 +105,7 @@ RESOURCES = (
     ElasticVms,
     ElasticCommands,
     ElasticHooks,
+    Clouds,
 )
 
 
@@ -116,6 +123,7 @@ class Store(
     ElasticVms,
     ElasticCommands,
     ElasticHooks,
+    Clouds,
 ):
     """All database access. Thread-safe: each call runs its own transaction."""
 

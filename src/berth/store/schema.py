@@ -419,3 +419,39 @@ host_power = Table(
     Column("reason", Text, nullable=False, server_default=""),
     Column("changed_by", String(NAME), nullable=False),
 )
+
+# Clusters Berth drives through a cloud driver (docs/openstack.md, "How Berth drives a
+# cluster"): the driver's kind and connection config (endpoints and a credential reference, never
+# a secret), the change feed's cursor, and one row per server Berth boots or adopts. A row is
+# written before the cloud is asked (state `intent`), so a retry or a restart finds the server by
+# its name (the instance id).
+cloud_clusters = Table(
+    "cloud_clusters",
+    metadata,
+    Column("cluster", String(NAME), ForeignKey("clusters.name"), primary_key=True),
+    Column("kind", String(32), nullable=False),
+    Column("config", Json, nullable=False),
+    Column("state", String(16), nullable=False),  # joining | joined | leaving
+    Column("cursor", Text, nullable=True),
+    Column("reconciled_at", Double, nullable=True),
+    Column("created_at", Double, nullable=False),
+    Column("changed_at", Double, nullable=False),
+)
+
+cloud_servers = Table(
+    "cloud_servers",
+    metadata,
+    Column("instance_id", String(NAME), primary_key=True),
+    Column("cluster", String(NAME), nullable=False),
+    Column("server_id", String(NAME), nullable=True),  # None: the cloud has not answered yet
+    Column("host", String(NAME), nullable=False),
+    Column("flavor", String(NAME), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("fault", Text, nullable=True),
+    Column("alternates", Json, nullable=False),  # hosts still to try, best first
+    Column("tried", Json, nullable=False),  # [{host, error}] of the boots that failed
+    Column("created_at", Double, nullable=False),
+    Column("updated_at", Double, nullable=False),
+    Index("ix_cloud_servers_cluster", "cluster"),
+    Index("ix_cloud_servers_server_id", "server_id"),
+)

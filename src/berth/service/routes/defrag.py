@@ -13,7 +13,8 @@ from pydantic import Field
 
 from berth.service.bodies import cell_dicts
 from berth.service.defrag import DefragService
-from berth.service.deps import DefragDep, Operator, Reader
+from berth.service.deps import CloudsDep, DefragDep, Operator, Reader
+from berth.service.errors import ApiError
 from berth.service.schemas import (
     AbortIn,
     AdmissionIn,
@@ -114,11 +115,24 @@ def get_plan(plan_id: Ident, _p: Reader, service: DefragDep) -> PlanOut:
 
 @router.post("/defrag/plans/{plan_id}/execute", response_model=PlanOut)
 def execute_plan(
-    plan_id: Ident, _p: Operator, service: DefragDep, body: ExecuteIn | None = None
+    plan_id: Ident,
+    _p: Operator,
+    service: DefragDep,
+    clouds: CloudsDep,
+    body: ExecuteIn | None = None,
 ) -> PlanOut:
     """Start carrying out a planned plan (409 `plan_state` otherwise, or when the cluster
-    already runs another plan)."""
+    already runs another plan). In a cluster Berth drives, each step is a live migration that
+    the cloud confirms (docs/openstack.md): `auto_confirm` is refused there."""
     auto = body.auto_confirm if body is not None else False
+    if auto and clouds.drives(service.store.get_plan(plan_id).cluster):
+        raise ApiError(
+            422,
+            "invalid_input",
+            "auto_confirm: the cluster is driven through its cloud, whose live migrations "
+            "confirm the steps",
+            field="auto_confirm",
+        )
     return _full(service, service.execute(plan_id, auto))
 
 

@@ -9,7 +9,7 @@ from fastapi.responses import Response
 
 from berth.service import schemas as s
 from berth.service.bodies import instance_out
-from berth.service.deps import Operator, ReplicaDep, StoreDep, Who, deny_reader
+from berth.service.deps import CloudsDep, Operator, ReplicaDep, StoreDep, Who, deny_reader
 from berth.service.errors import not_found
 
 router = APIRouter(prefix="/v1", tags=["placement"])
@@ -40,7 +40,8 @@ def list_instances(
         limit=limit,
         after=after,
     )
-    return [instance_out(r) for r in rows]
+    servers = {r.instance_id: r for r in store.list_servers(instance_ids=[r.id for r in rows])}
+    return [instance_out(r, servers.get(r.id)) for r in rows]
 
 
 @router.get("/instances/{instance_id}", response_model=s.InstanceOut)
@@ -49,14 +50,21 @@ def get_instance(instance_id: s.Ident, p: Who, store: StoreDep) -> s.InstanceOut
     visible = p.visible_project()
     if visible is not None and row.project != visible:
         raise not_found("instance", instance_id)
-    return instance_out(row)
+    return instance_out(row, store.find_server(row.id))
 
 
 @router.delete("/instances/{instance_id}", status_code=204)
-def delete_instance(instance_id: s.Ident, p: Who, replica: ReplicaDep) -> Response:
-    """Release the instance's claim (its host's generation moves on)."""
+def delete_instance(
+    instance_id: s.Ident, p: Who, replica: ReplicaDep, store: StoreDep, clouds: CloudsDep
+) -> Response:
+    """Release the instance's claim (its host's generation moves on); in a cluster Berth
+    drives, its server is deleted first."""
     deny_reader(p, "delete instances")
-    replica.release(instance_id, project=p.visible_project())
+    record = store.find_server(instance_id)
+    if record is not None and clouds.drives(record.cluster):
+        clouds.delete(instance_id, project=p.visible_project())
+    else:
+        replica.release(instance_id, project=p.visible_project())
     return Response(status_code=204)
 
 

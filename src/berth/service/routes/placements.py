@@ -9,8 +9,20 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from berth.service import schemas as s
-from berth.service.bodies import cell_dicts, instance_out
-from berth.service.deps import IdempotencyKey, MetricsDep, ReplicaDep, StoreDep, Who, deny_reader
+from berth.service.bodies import cell_dicts, instance_out, server_out
+from berth.service.clouds.booting import BootTarget
+from berth.service.clouds.claiming import Claim
+from berth.service.clouds.errors import BootFailedError
+from berth.service.clouds.service import CloudService
+from berth.service.deps import (
+    CloudsDep,
+    IdempotencyKey,
+    MetricsDep,
+    ReplicaDep,
+    StoreDep,
+    Who,
+    deny_reader,
+)
 from berth.service.errors import ApiError, ErrorBody, not_found
 from berth.service.idempotency import (
     Idempotency,
@@ -148,12 +160,15 @@ def create_placement(
     store: StoreDep,
     replica: ReplicaDep,
     metrics: MetricsDep,
+    clouds: CloudsDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Any:
     """Choose hosts for `count` instances (all or nothing) and claim them.
 
     With an `Idempotency-Key`, a retried request returns the first answer and never
-    places twice (the key is stored in the claim's own transaction).
+    places twice (the key is stored in the claim's own transaction). In a cluster Berth
+    drives, each instance is then booted on its host (an alternate when the cloud refuses;
+    409 `boot_failed`, every claim released, when none boots: docs/openstack.md).
     """
     deny_reader(p, "place instances")
     started = time.perf_counter()
@@ -166,13 +181,14 @@ def create_placement(
         if replayed is not None:
             return replayed
         check_hints(store, p, {"same_host": args.same_host, "different_host": args.different_host})
-        return _place(store, replica, metrics, args, idem, started)
+        return _place(store, replica, metrics, clouds, args, idem, started)
 
 
 def _place(
     store: Store,
     replica: Replica,
     metrics: Metrics,
+    clouds: CloudService,
     args: PlaceArgs,
     idem: Idempotency | None,
     started: float,
@@ -207,12 +223,49 @@ def _place(
                 return won
             _failed(replica, metrics, args, "contention", started)
             raise
+    answer = placed.response or _placement_out(replica, args, placed)
+    if clouds.drives(placed.cluster):
+        try:
+            answer = _boot(clouds, args, placed, answer)
+        except BootFailedError:
+            _failed(replica, metrics, args, "boot_failed", started)
+            raise
     metrics.placements.labels("success", "placed").inc()
     metrics.placement.observe(time.perf_counter() - started)
     if placed.attempts > 1:
         metrics.conflicts.inc(placed.attempts - 1)
-    answer = placed.response or _placement_out(replica, args, placed)
     return JSONResponse(answer, status_code=201)
+
+
+def _boot(
+    clouds: CloudService, args: PlaceArgs, placed: Placed, answer: dict[str, Any]
+) -> dict[str, Any]:
+    """Boot the placement's instances; the answer with each one's final host and server."""
+    targets = [
+        BootTarget(
+            Claim(
+                sel.instance_id,
+                placed.cluster,
+                args.flavor,
+                args.project,
+                args.deployment_set,
+                placed.placement_id,
+                args.business_type,
+                args.business_type == "preemptible",
+            ),
+            sel.host,
+            sel.alternates,
+        )
+        for sel in placed.decision.selections
+    ]
+    records = {r.instance_id: r for r in clouds.boot(placed.cluster, targets)}
+    instances = []
+    for inst in answer["instances"]:
+        r = records.get(inst["id"])
+        if r is not None:
+            inst = {**inst, "host": r.host, "server": server_out(r).model_dump(mode="json")}
+        instances.append(inst)
+    return {**answer, "instances": instances}
 
 
 def _failed(

@@ -1,0 +1,160 @@
+"""Boots per second through Berth on the real OpenStack stack (scripts/ensure-openstack.sh).
+
+A Berth service (in process, SQLite, no background threads) joins one cluster of the stack;
+each run places `--servers` servers in placements of `--batch` (Berth decides, claims, writes
+the boot intents and boots each on its host through Nova's API, `--batch` at a time), then
+follows the change feed until every server is ACTIVE; the servers are deleted between runs.
+For comparison, the same number of servers is booted through Nova's own scheduler on the same
+stack (one multi-create request, no host given) and timed to ACTIVE.
+
+Prints medians over `--runs` and one JSON line (the last line of stdout).
+
+    .venv/bin/python benchmarks/bench_berth_boots.py [--servers 40] [--batch 10] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from berth.service.app import create_app
+from berth.service.config import ServiceConfig
+from berth.store.repo import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKEN_VAR = "BERTH_BENCH_OPENSTACK_TOKEN"
+
+
+def stack() -> list[dict[str, Any]]:
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "ensure-openstack.sh"), "up"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    clusters: list[dict[str, Any]] = json.loads(
+        Path(done.stdout.strip().splitlines()[-1]).read_text()
+    )["clusters"]
+    return clusters
+
+
+def wait_empty(driver: Any) -> None:
+    for s in driver.servers():
+        driver.delete(s.id)
+    deadline = time.monotonic() + 120
+    while driver.servers() and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+
+def berth_run(client: TestClient, h: dict[str, str], app: Any, name: str, args: Any) -> float:
+    """Seconds from the first placement to every server ACTIVE."""
+    clouds = app.state.clouds
+    started = time.perf_counter()
+    for _ in range(args.servers // args.batch):
+        clouds.poll(name)  # the feed thread's work between requests (heartbeats included)
+        r = client.post(
+            "/v1/placements",
+            json={"flavor": args.flavor, "count": args.batch, "cluster": name},
+            headers=h,
+        )
+        r.raise_for_status()
+    while True:
+        clouds.poll(name, 0.5)
+        states = {s.state for s in app.state.store.list_servers(name) if s.state != "deleted"}
+        if states == {"active"}:
+            return time.perf_counter() - started
+
+
+def nova_run(driver: Any, entry: dict[str, Any], args: Any) -> float:
+    """Seconds from one multi-create (Nova's scheduler chooses) to every server ACTIVE."""
+    conn = driver.conn
+    flavor = conn.compute.find_flavor(args.flavor)
+    started = time.perf_counter()
+    conn.compute.create_server(
+        name="nova-bench",
+        flavor_id=flavor.id,
+        image_id=entry["image_id"],
+        networks="none",
+        min_count=args.servers,
+        max_count=args.servers,
+    )
+    while True:
+        servers = list(conn.compute.servers(details=True, name="nova-bench"))
+        if len(servers) == args.servers and all(s.status == "ACTIVE" for s in servers):
+            return time.perf_counter() - started
+        if any(s.status == "ERROR" for s in servers):
+            raise RuntimeError("a Nova-scheduled server went to ERROR")
+        time.sleep(0.5)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--servers", type=int, default=40)
+    ap.add_argument("--batch", type=int, default=10)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--flavor", default="m1.tiny")
+    args = ap.parse_args()
+    entry = stack()[0]
+    os.environ[TOKEN_VAR] = entry["token"]
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store.open(f"sqlite:///{tmp}/berth.db")
+        store.add_region("r1")
+        app = create_app(ServiceConfig(db_url=str(store.engine.url)), store=store, background=False)
+        h = {"Authorization": f"Bearer {store.create_token('admin', 'admin')[1]}"}
+        with TestClient(app) as client:
+            config = {
+                "compute": entry["compute"],
+                "placement": entry["placement"],
+                "image": entry.get("image"),
+                "auth": {"endpoint": entry["compute"]},
+                "credential_ref": f"env:{TOKEN_VAR}",
+                "boot_image": entry["image_id"],
+                "transport_url": entry["transport_url"],
+            }
+            body = {
+                "name": entry["name"],
+                "region": "r1",
+                "driver": {"kind": "openstack", "config": config},
+            }
+            client.post("/v1/clusters", json=body, headers=h).raise_for_status()
+            driver = app.state.clouds.registry.get(entry["name"])
+            berth, nova = [], []
+            for _ in range(args.runs):
+                wait_empty(driver)
+                app.state.clouds.reconcile(entry["name"])
+                berth.append(berth_run(client, h, app, entry["name"], args))
+                wait_empty(driver)
+                app.state.clouds.reconcile(entry["name"])
+                nova.append(nova_run(driver, entry, args))
+            wait_empty(driver)
+            app.state.clouds.reconcile(entry["name"])
+        store.close()
+    out = {
+        "servers": args.servers,
+        "batch": args.batch,
+        "runs": args.runs,
+        "berth_seconds": berth,
+        "nova_seconds": nova,
+        "berth_boots_per_s_median": args.servers / statistics.median(berth),
+        "nova_boots_per_s_median": args.servers / statistics.median(nova),
+    }
+    print(
+        f"{args.servers} servers to ACTIVE: through Berth (host chosen by Berth, "
+        f"{args.batch} per placement) median {statistics.median(berth):.1f} s "
+        f"({out['berth_boots_per_s_median']:.2f}/s); Nova's scheduler (one multi-create) "
+        f"median {statistics.median(nova):.1f} s ({out['nova_boots_per_s_median']:.2f}/s)"
+    )
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
