@@ -9,8 +9,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,3 +37,17 @@ def ensure_openstack() -> list[dict[str, Any]]:
 @pytest.fixture(scope="session")
 def openstack_clusters() -> list[dict[str, Any]]:
     return ensure_openstack()
+
+
+@pytest.fixture(autouse=True)
+def _one_test_on_the_stack_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every xdist worker shares the two clusters: a test that disables a host or fills the
+    small hosts must not overlap another's boots, so the tests marked `openstack` take turns."""
+    if request.node.get_closest_marker("openstack") is None:
+        yield
+        return
+    home = Path(os.environ.get("BERTH_OPENSTACK_HOME", Path.home() / ".cache/berth-openstack"))
+    home.mkdir(parents=True, exist_ok=True)
+    with (home / "tests.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
