@@ -217,11 +217,22 @@ def test_servers_land_on_the_hosts_berth_chose(berth, stack):
         )
         for name in names:
             assert len(chosen[name]) == 50
-            assert (
-                _nova(env, name, chosen[name]) == chosen[name] == _claims(env, name, chosen[name])
-            )
+            held = _claims(env, name, chosen[name])
+            # Nova runs every server on the host where Berth holds its claim, and Placement
+            # allocated it there
+            assert _nova(env, name, chosen[name]) == held
             allocations = _allocations(env, name)
-            assert {k: allocations.get(k) for k in chosen[name]} == chosen[name]
+            assert {k: allocations.get(k) for k in chosen[name]} == held
+            # each landed on the host Berth chose, unless Nova failed that boot and Berth fell
+            # back to an alternate (a build timing out on a loaded machine): then the first
+            # host tried is the chosen one
+            tried = {r.instance_id: r.tried for r in env.store.list_servers(name)}
+            moved = {i for i in chosen[name] if tried[i]}
+            assert len(moved) <= 5, moved
+            assert {i: h for i, h in held.items() if i not in moved} == {
+                i: h for i, h in chosen[name].items() if i not in moved
+            }
+            assert all(tried[i][0]["host"] == chosen[name][i] for i in moved)
     finally:  # the hosts are small: the tests after this one need them empty again
         for name in names:
             _clean(env, name)
