@@ -50,8 +50,8 @@ from berth.core.config import profile
 from berth.core.defrag import Budget, Objective, Plan, Target, check_plan, plan_defrag
 from berth.core.engine import FilterScheduler
 from berth.core.model import DiskInventory, Flavor, Fleet, Host, NumaCell
-from berth.core.numa import vector
 from berth.core.table import HostTable
+from berth.sim.fragmented import fill_then_churn
 from berth.solvers.defrag_exact import exact_optimum, heuristic_gap, plan_value
 from provenance import machine, source_state
 
@@ -94,22 +94,9 @@ def numa_fleet(n_hosts: int, seed: int, delete: float = 0.35) -> HostTable:
         for i in range(n_hosts)
     ]
     table = HostTable.from_fleet(Fleet(now=NOW, hosts=hosts, flavors=FLAVORS))
-    demands = [table.demand(f) for f in SMALL]
-    k = 0
-    for row, name in enumerate(table.names):
-        fails = 0
-        while fails < 3:
-            pick = int(rng.choice(len(SMALL), p=SMALL_SHARE))
-            cells, free = table.cell_free[row : row + 1], table.host_free[row : row + 1]
-            if vector.fits(demands[pick], cells, free)[0]:
-                table.claim(f"vm{k}", name, SMALL[pick])
-                k += 1
-            else:
-                fails += 1
-    ids = list(table.allocations)
-    for i in rng.permutation(len(ids))[: int(delete * len(ids))]:
-        table.release(ids[i])
-    return table
+    return fill_then_churn(
+        table, list(SMALL), np.asarray(SMALL_SHARE, dtype=np.float64), rng, delete
+    )
 
 
 def weighted(figures: dict[str, int], flavors: tuple[str, ...]) -> int:

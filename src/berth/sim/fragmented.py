@@ -11,6 +11,7 @@ data itself is not bundled, so this generator stands in for it. Deterministic fo
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from berth.core.model import DiskInventory, Flavor, Fleet, Host, NumaCell
 from berth.core.numa import vector
@@ -58,21 +59,24 @@ def _empty(n_hosts: int) -> HostTable:
     return HostTable.from_fleet(Fleet(now=NOW, hosts=hosts, flavors=flavors()))
 
 
-def _churned(n_hosts: int, seed: int, churn: float) -> HostTable:
-    """Hosts filled by the claim rule until three misses, then `churn` of the VMs removed."""
-    rng = np.random.default_rng(seed)
-    table = _empty(n_hosts)
-    names = [m[0] for m in MIX]
-    share = np.array([m[3] for m in MIX])
-    demands = [table.demand(n) for n in names]
+def fill_then_churn(
+    table: HostTable,
+    flavors: list[str],
+    share: npt.NDArray[np.float64],
+    rng: np.random.Generator,
+    churn: float,
+) -> HostTable:
+    """Fill each host with flavors drawn by `share` (placed by the claim rule) until three draws
+    miss, then remove a random `churn` of the VMs: the fragmented state a fleet reaches."""
+    demands = [table.demand(n) for n in flavors]
     k = 0
     for row, host in enumerate(table.names):
         misses = 0
         while misses < 3:
-            pick = int(rng.choice(len(MIX), p=share))
+            pick = int(rng.choice(len(flavors), p=share))
             cells, free = table.cell_free[row : row + 1], table.host_free[row : row + 1]
             if vector.fits(demands[pick], cells, free)[0]:
-                table.claim(f"vm{k}", host, names[pick])
+                table.claim(f"vm{k}", host, flavors[pick])
                 k += 1
             else:
                 misses += 1
@@ -80,6 +84,14 @@ def _churned(n_hosts: int, seed: int, churn: float) -> HostTable:
     for i in rng.permutation(len(ids))[: int(churn * len(ids))]:
         table.release(ids[i])
     return table
+
+
+def _churned(n_hosts: int, seed: int, churn: float) -> HostTable:
+    """Hosts filled by the claim rule until three misses, then `churn` of the VMs removed."""
+    rng = np.random.default_rng(seed)
+    table = _empty(n_hosts)
+    share = np.array([m[3] for m in MIX], dtype=np.float64)
+    return fill_then_churn(table, [m[0] for m in MIX], share, rng, churn)
 
 
 def fragmented_fleet(
