@@ -362,6 +362,7 @@ from berth.cli.db import db_load_demo as _db_load_demo  # noqa: E402
 from berth.cli.db import register as _register_db  # noqa: E402
 from berth.cli.defrag import register as _register_defrag  # noqa: E402
 from berth.cli.elastic import register as _register_elastic  # noqa: E402
+from berth.cli.plan_capacity import register as _register_plan_capacity  # noqa: E402
 from berth.cli.schedule import register as _register_schedule  # noqa: E402
 from berth.cli.serve import register as _register_serve  # noqa: E402
 from berth.cli.simulate import register as _register_simulate  # noqa: E402
@@ -371,6 +372,7 @@ _register_db(app)
 _register_api(app)
 _register_schedule(app)
 _register_simulate(app)
+_register_plan_capacity(app)
 _register_defrag(app)
 _register_agent(app)
 _register_elastic(app)
