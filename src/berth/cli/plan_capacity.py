@@ -22,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from berth.cli.names import DEFAULT_SIZING
+from berth.cli.tables import print_table
 from berth.core.errors import BerthError  # imports nothing heavy: a fast --help
 
 if TYPE_CHECKING:  # the planner and the replay load when the command runs: a fast --help
@@ -104,12 +105,14 @@ def build_problem(
     return problem, offered, desc
 
 
-def _runner(problem: CapacityProblem, workers: int, dask: str | None, on_done: Any) -> Any:
+def _runner(
+    problem: CapacityProblem, workers: int, dask: str | None, dask_timeout: float, on_done: Any
+) -> Any:
     from berth.sim.capacity_exec import DaskRunner, ProcessRunner, SerialRunner
 
     if dask is not None:
         try:
-            return DaskRunner(problem, dask, on_done=on_done)
+            return DaskRunner(problem, dask, on_done=on_done, timeout=dask_timeout)
         except (OSError, TimeoutError) as exc:
             raise BerthError(f"--dask {dask}: cannot reach the scheduler ({exc})") from None
     if workers <= 1:
@@ -125,6 +128,7 @@ def run_plan(
     *,
     workers: int = 1,
     dask: str | None = None,
+    dask_timeout: float = 20.0,
     max_replays: int = 80,
     show_progress: bool = False,
 ) -> Any:
@@ -155,7 +159,7 @@ def run_plan(
             ok = "meets" if o.meets(target) else "fails"
             progress.update(task, advance=1, description=f"{list(o.purchase)} {ok}")
 
-    runner = _runner(problem, workers, dask, done)
+    runner = _runner(problem, workers, dask, dask_timeout, done)
     try:
         if progress is not None:
             progress.start()
@@ -221,74 +225,97 @@ def _curve_table(data: dict[str, Any]) -> Table:
             pct(r["eviction_rate"]),
             r["verdict"],
         )
+    mixes = grid.columns[0]
+    mixes.no_wrap = True
+    mixes.min_width = max([len(r["mix"]) for r in data["curve"]] + [len("purchase per cluster")])
     return grid
 
 
+OfferOption = Annotated[
+    list[str],
+    typer.Option(
+        "--offer",
+        help="Host type on offer, TYPE:PRICE (repeatable; e.g. std-2s:9000), or an offers "
+        "YAML file (docs/plan-capacity.md). Types: the built-in ones of berth simulate.",
+    ),
+]
+TraceOption = Annotated[
+    str, typer.Option("--trace", help="azure, synthetic, or a trace file (CSV/JSONL).")
+]
+FleetOption = Annotated[
+    str | None,
+    typer.Option(
+        "--fleet",
+        "-f",
+        help="The fleet as it is: fleet file, sizing file or spec (per cluster), or 'none' "
+        "(a green field). Default: berth simulate's default for azure and synthetic.",
+    ),
+]
+AcceptanceOption = Annotated[
+    str, typer.Option(help="Least share of target requests accepted: 99.5% or 0.995.")
+]
+EvictionsOption = Annotated[
+    str | None, typer.Option(help="Most share of preemptible placements evicted, e.g. 5%.")
+]
+BusinessOption = Annotated[
+    str, typer.Option(help="Business types the acceptance target counts (comma-separated).")
+]
+GrowthOption = Annotated[
+    float, typer.Option(help="Growth forecast: replay this many times the trace's requests.")
+]
+PolicyOption = Annotated[str, typer.Option("--policy", "-p", help="Placement policy (one).")]
+WorkersOption = Annotated[
+    int | None, typer.Option(min=1, help="Local replay processes. Default: the CPU count.")
+]
+DaskOption = Annotated[
+    str | None, typer.Option(help="Run the replays on this Dask scheduler (tcp://host:8786).")
+]
+DaskTimeoutOption = Annotated[
+    float, typer.Option(min=0.1, help="Seconds to wait for the Dask scheduler.")
+]
+MaxReplaysOption = Annotated[int, typer.Option(min=1, help="Most replays the search may run.")]
+SeedOption = Annotated[int, typer.Option(help="Seed (trace generator, growth, tie-breaking).")]
+LimitOption = Annotated[int | None, typer.Option(min=1, help="Only the first N requests.")]
+DaysOption = Annotated[float, typer.Option(min=0.01, help="Synthetic trace length.")]
+AzureDirOption = Annotated[Path | None, typer.Option(help="Directory of the Azure sample.")]
+NoPreemptionOption = Annotated[
+    bool, typer.Option("--no-preemption", help="Never evict preemptible instances.")
+]
+OutOption = Annotated[
+    Path | None,
+    typer.Option("--out", "-o", help="Write report.md, plan.json and the curve's PNG here."),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print plan.json's content.")]
+
+
 def plan_capacity(
-    offer: Annotated[
-        list[str],
-        typer.Option(
-            "--offer",
-            help="Host type on offer, TYPE:PRICE (repeatable; e.g. std-2s:9000), or an offers "
-            "YAML file (docs/plan-capacity.md). Types: the built-in ones of berth simulate.",
-        ),
-    ],
-    trace: Annotated[
-        str, typer.Option("--trace", help="azure, synthetic, or a trace file (CSV/JSONL).")
-    ] = "synthetic",
-    fleet: Annotated[
-        str | None,
-        typer.Option(
-            "--fleet",
-            "-f",
-            help="The fleet as it is: fleet file, sizing file or spec (per cluster), or 'none' "
-            "(a green field). Default: berth simulate's default for azure and synthetic.",
-        ),
-    ] = None,
-    target_acceptance: Annotated[
-        str, typer.Option(help="Least share of target requests accepted: 99.5% or 0.995.")
-    ] = "99.5%",
-    target_evictions: Annotated[
-        str | None, typer.Option(help="Most share of preemptible placements evicted, e.g. 5%.")
-    ] = None,
-    target_business: Annotated[
-        str, typer.Option(help="Business types the acceptance target counts (comma-separated).")
-    ] = "on-demand",
-    growth: Annotated[
-        float, typer.Option(help="Growth forecast: replay this many times the trace's requests.")
-    ] = 1.0,
-    policy: Annotated[
-        str, typer.Option("--policy", "-p", help="Placement policy (one).")
-    ] = "berth-placement",
-    workers: Annotated[
-        int | None, typer.Option(min=1, help="Local replay processes. Default: the CPU count.")
-    ] = None,
-    dask: Annotated[
-        str | None, typer.Option(help="Run the replays on this Dask scheduler (tcp://host:8786).")
-    ] = None,
-    max_replays: Annotated[int, typer.Option(min=1, help="Most replays the search may run.")] = 80,
-    seed: Annotated[int, typer.Option(help="Seed (trace generator, growth, tie-breaking).")] = 0,
-    limit: Annotated[int | None, typer.Option(min=1, help="Only the first N requests.")] = None,
-    days: Annotated[float, typer.Option(min=0.01, help="Synthetic trace length.")] = 1.0,
-    azure_dir: Annotated[Path | None, typer.Option(help="Directory of the Azure sample.")] = None,
-    no_preemption: Annotated[
-        bool, typer.Option("--no-preemption", help="Never evict preemptible instances.")
-    ] = False,
-    out_dir: Annotated[
-        Path | None,
-        typer.Option("--out", "-o", help="Write report.md, plan.json and the curve's PNG here."),
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print plan.json's content.")] = False,
+    offer: OfferOption,
+    trace: TraceOption = "synthetic",
+    fleet: FleetOption = None,
+    target_acceptance: AcceptanceOption = "99.5%",
+    target_evictions: EvictionsOption = None,
+    target_business: BusinessOption = "on-demand",
+    growth: GrowthOption = 1.0,
+    policy: PolicyOption = "berth-placement",
+    workers: WorkersOption = None,
+    dask: DaskOption = None,
+    dask_timeout: DaskTimeoutOption = 20.0,
+    max_replays: MaxReplaysOption = 80,
+    seed: SeedOption = 0,
+    limit: LimitOption = None,
+    days: DaysOption = 1.0,
+    azure_dir: AzureDirOption = None,
+    no_preemption: NoPreemptionOption = False,
+    out_dir: OutOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """How many servers to buy: the cheapest purchase of the offered host types that meets the
     acceptance target on a trace, found by bounds and replays; with its acceptance curve."""
-    from berth.sim.capacity_report import write_plan
+    from berth.sim.capacity_plan import Target
+    from berth.sim.capacity_report import plan_data, write_plan
 
     command = "berth " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     started = time.perf_counter()
-    from berth.sim.capacity_plan import Target
-    from berth.sim.capacity_report import plan_data
-
     try:
         acceptance = parse_share(target_acceptance, "--target-acceptance")
         evictions = (
@@ -315,6 +342,7 @@ def plan_capacity(
             evictions,
             workers=workers or os.cpu_count() or 1,
             dask=dask,
+            dask_timeout=dask_timeout,
             max_replays=max_replays,
             show_progress=not as_json,
         )
@@ -336,7 +364,7 @@ def plan_capacity(
 def _print_answer(data: dict[str, Any], out_dir: Path | None) -> None:
     from berth.sim.capacity_report import CLAIMS
 
-    out.print(_curve_table(data))
+    print_table(out, _curve_table(data))
     answer = data["answer"]
     if answer is None:
         out.print("[bold red]No purchase found:[/] " + " ".join(data["notes"]), soft_wrap=True)

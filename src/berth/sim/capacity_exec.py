@@ -171,11 +171,12 @@ class DaskRunner:
         *,
         client: Any = None,
         on_done: Done | None = None,
+        timeout: float = 20.0,
     ) -> None:
         from distributed import Client
 
         self.owned = client is None
-        self.client = client if client is not None else Client(address, timeout="20s")  # type: ignore[no-untyped-call]
+        self.client = client if client is not None else Client(address, timeout=f"{timeout}s")  # type: ignore[no-untyped-call]
         self.on_done = on_done
         self.workers = max(1, sum(self.client.nthreads().values()))
         self.problem = self.client.scatter(problem, broadcast=True)
