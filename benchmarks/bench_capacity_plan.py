@@ -16,15 +16,13 @@ import json
 import os
 import platform
 import re
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from berth.cli.plan_capacity import build_problem, run_plan
 from berth.sim.azure import find_azure_dir
-from berth.sim.capacity_report import CLAIMS, plan_data, write_plan
+from berth.sim.capacity_report import CLAIMS, money, plan_data, plot_curve
 from berth.sim.trace import TraceError
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -83,9 +81,6 @@ def run(name: str, workers: int, policy: str) -> dict[str, Any]:
     }
     data = plan_data(result, context)
     data["elapsed_s"] = time.perf_counter() - started
-    with tempfile.TemporaryDirectory() as tmp:
-        write_plan(Path(tmp), data)
-        shutil.copy(Path(tmp) / "acceptance-curve.png", RESULTS / f"insight-plan-{name}.png")
     (RESULTS / f"insight-plan-{name}.json").write_text(json.dumps(data, indent=1) + "\n")
     return data
 
@@ -124,8 +119,9 @@ def section(results: dict[str, dict[str, Any] | None], workers: int) -> str:
         if answer is not None:
             lines += [
                 f"* **answer: buy {answer['mix']} per cluster** ({answer['bought_hosts']} hosts, "
-                f"cost {answer['cost']:g}); on-demand accepted {_pct(answer['acceptance'])} in "
-                f"the window, {_pct(answer['warmup_acceptance'])} in the warm-up; preemptible "
+                f"cost {money(answer['cost'])}); on-demand accepted "
+                f"{_pct(answer['acceptance'])} in the window, "
+                f"{_pct(answer['warmup_acceptance'])} in the warm-up; preemptible "
                 f"evicted {_pct(answer['eviction_rate'])}",
                 f"* {CLAIMS[data['claim']]}",
             ]
@@ -142,7 +138,7 @@ def section(results: dict[str, dict[str, Any] | None], workers: int) -> str:
         ]  # fmt: skip
         for r in data["curve"]:
             lines.append(
-                f"| {r['mix']} | {r['cost']:g} | {_pct(r['acceptance'])} "
+                f"| {r['mix']} | {money(r['cost'])} | {_pct(r['acceptance'])} "
                 f"| {_pct(r['warmup_acceptance'])} | {_pct(r['eviction_rate'])} | {r['verdict']} |"
             )
         lines += ["", f"![acceptance curve: {name}](insight-plan-{name}.png)", ""]
@@ -186,6 +182,9 @@ def main() -> None:
         saved = RESULTS / f"insight-plan-{name}.json"
         if name not in results and saved.exists():
             results[name] = json.loads(saved.read_text())
+    for name, data in results.items():
+        if data is not None:
+            plot_curve(data, RESULTS / f"insight-plan-{name}.png")
     write_section(section({k: results[k] for k in RUNS if k in results}, args.workers))
 
 

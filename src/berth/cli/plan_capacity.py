@@ -198,6 +198,8 @@ def _context(
 
 
 def _curve_table(data: dict[str, Any]) -> Table:
+    from berth.sim.capacity_report import money
+
     grid = Table(title=f"Acceptance curve ({data['replays']} replays)")
     for col in (
         "purchase per cluster",
@@ -218,7 +220,7 @@ def _curve_table(data: dict[str, Any]) -> Table:
     for r in data["curve"]:
         grid.add_row(
             r["mix"],
-            f"{r['cost']:g}",
+            f"{money(r['cost'])}",
             str(r["hosts"] or "–"),
             pct(r["acceptance"]),
             pct(r["warmup_acceptance"]),
@@ -362,7 +364,7 @@ def plan_capacity(
 
 
 def _print_answer(data: dict[str, Any], out_dir: Path | None) -> None:
-    from berth.sim.capacity_report import CLAIMS
+    from berth.sim.capacity_report import CLAIMS, money
 
     print_table(out, _curve_table(data))
     answer = data["answer"]
@@ -371,7 +373,7 @@ def _print_answer(data: dict[str, Any], out_dir: Path | None) -> None:
     else:
         out.print(
             f"[bold]Buy {answer['mix']} per cluster[/] ({answer['bought_hosts']} hosts, cost "
-            f"{answer['cost']:g}); it is {CLAIMS[data['claim']]}.",
+            f"{money(answer['cost'])}); it is {CLAIMS[data['claim']]}.",
             soft_wrap=True,
         )
     if data.get("citation"):

@@ -71,6 +71,11 @@ CLAIMS = {
 }
 
 
+def money(x: float) -> str:
+    """A cost or price: ``2,400,000`` (whole above 1,000), ``9.5``."""
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
+
+
 def _pct(x: float | None, digits: int = 2) -> str:
     return "–" if x is None else f"{100 * x:.{digits}f}%"
 
@@ -85,7 +90,7 @@ def markdown(data: dict[str, Any], plot: bool) -> str:
         f"* trace: {data['trace']} ({data['requests']:,} requests, growth {data['growth']:g}x)",
         f"* fleet: {data['fleet']}; policy: {data['policy']}; "
         f"purchases are per cluster ({data['clusters']} clusters)",
-        "* offers: " + ", ".join(f"{o['type']} at {o['price']:g}" for o in data["offers"]),
+        "* offers: " + ", ".join(f"{o['type']} at {money(o['price'])}" for o in data["offers"]),
         f"* target: {_pct(t['acceptance'])} of {', '.join(data['target_business'])} requests "
         "accepted (window and warm-up apart)"
         + (
@@ -101,7 +106,7 @@ def markdown(data: dict[str, Any], plot: bool) -> str:
     else:
         lines += [
             f"**Buy {answer['mix']} per cluster** ({answer['bought_hosts']} hosts, cost "
-            f"{answer['cost']:g}): on-demand acceptance {_pct(answer['acceptance'])} in the "
+            f"{money(answer['cost'])}): on-demand acceptance {_pct(answer['acceptance'])} in the "
             f"window, {_pct(answer['warmup_acceptance'])} in the warm-up, evictions "
             f"{_pct(answer['eviction_rate'])}.",
             "",
@@ -110,7 +115,7 @@ def markdown(data: dict[str, Any], plot: bool) -> str:
         ]
     if data["bound_purchase"] is not None:
         b = data["bound_purchase"]
-        lines += [f"Lower bound: at least {b['mix']} per cluster (cost {b['cost']:g}).", ""]
+        lines += [f"Lower bound: at least {b['mix']} per cluster (cost {money(b['cost'])}).", ""]
     if data["minimality_checks"]:
         lines += ["## One host fewer", "", *_table(data["minimality_checks"]), ""]
     lines += [
@@ -136,7 +141,7 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
     ]
     for r in rows:
         out.append(
-            f"| {r['mix']} | {r['cost']:g} | {r['hosts'] or '–'} | {_pct(r['acceptance'])} "
+            f"| {r['mix']} | {money(r['cost'])} | {r['hosts'] or '–'} | {_pct(r['acceptance'])} "
             f"| {_pct(r['warmup_acceptance'])} | {_pct(r['eviction_rate'])} "
             f"| {_pct(r['overall_acceptance'])} | {r['verdict']} |"
         )
@@ -150,16 +155,27 @@ def plot_curve(data: dict[str, Any], path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    replayed = [r for r in data["curve"] if r["pruned"] is None]
+    replayed = [r for r in data["curve"] if r["pruned"] is None and r["acceptance"] is not None]
     fig, ax = plt.subplots(figsize=(9, 5))
-    for key, label, marker in (
-        ("acceptance", "in the window", "o"),
-        ("warmup_acceptance", "in the warm-up", "s"),
-    ):
-        pts = [(r["cost"], 100 * r[key]) for r in replayed if r[key] is not None]
-        if pts:
-            xs, ys = zip(*sorted(pts), strict=True)
-            ax.plot(xs, ys, marker=marker, linestyle=":", label=f"accepted {label}")
+    if replayed:
+        cost = [r["cost"] for r in replayed]
+        window = [100 * r["acceptance"] for r in replayed]
+        # the curve: the best acceptance any purchase up to that cost reached
+        best = [max(window[: k + 1]) for k in range(len(window))]
+        ax.step(cost, best, where="post", color="grey", linewidth=1, label="best up to this cost")
+        for verdict, colour in (("meets", "tab:green"), ("fails", "tab:red")):
+            label = "meets the target" if verdict == "meets" else "misses it"
+            pts = [(c, w) for c, w, r in zip(cost, window, replayed, strict=True)
+                   if r["verdict"] == verdict]  # fmt: skip
+            if pts:
+                xs, ys = zip(*pts, strict=True)
+                ax.scatter(xs, ys, color=colour, s=28, label=f"{label} (window)", zorder=3)
+        warm = [(r["cost"], 100 * r["warmup_acceptance"]) for r in replayed
+                if r["warmup_acceptance"] is not None]  # fmt: skip
+        if warm:
+            xs, ys = zip(*warm, strict=True)
+            ax.scatter(xs, ys, marker="s", s=18, facecolors="none", edgecolors="tab:blue",
+                       label="warm-up", zorder=2)  # fmt: skip
     ax.axhline(100 * data["target"]["acceptance"], color="red", linewidth=1, label="target")
     answer = data["answer"]
     if answer is not None and answer["acceptance"] is not None:
