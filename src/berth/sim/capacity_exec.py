@@ -151,6 +151,9 @@ class ProcessRunner:
         self.pool = ProcessPoolExecutor(
             max_workers=workers, mp_context=context, initializer=_install, initargs=(problem,)
         )
+        # start every worker now, before the caller starts threads of its own (a progress bar):
+        # a process forked while another thread holds a lock may never get it
+        self.pool.submit(int).result()
 
     def __call__(self, purchases: Sequence[Purchase]) -> list[Outcome]:
         futures = {self.pool.submit(_evaluate_installed, x): x for x in purchases}

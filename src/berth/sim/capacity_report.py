@@ -89,7 +89,8 @@ def markdown(data: dict[str, Any], plot: bool) -> str:
         "",
         f"* trace: {data['trace']} ({data['requests']:,} requests, growth {data['growth']:g}x)",
         f"* fleet: {data['fleet']}; policy: {data['policy']}; "
-        f"purchases are per cluster ({data['clusters']} clusters)",
+        f"purchases are per cluster ({data['clusters']} cluster"
+        f"{'s' if data['clusters'] != 1 else ''})",
         "* offers: " + ", ".join(f"{o['type']} at {money(o['price'])}" for o in data["offers"]),
         f"* target: {_pct(t['acceptance'])} of {', '.join(data['target_business'])} requests "
         "accepted (window and warm-up apart)"
