@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from berth.core.model import Fleet
+from berth.core.model import Flavor, Fleet
 from berth.sim.capacity_bound import cover_bound
 from berth.sim.capacity_exec import CapacityProblem, SerialRunner, evaluate, purchase_fleet
 from berth.sim.capacity_offers import parse_offers
@@ -19,7 +19,7 @@ from berth.sim.capacity_plan import Offer, PlanError, Target, plan
 from berth.sim.growth import grow
 from berth.sim.policies import resolve
 from berth.sim.synthetic import SyntheticConfig, generate
-from berth.sim.trace import TraceError
+from berth.sim.trace import TraceError, build_trace
 from berth.solvers.cover import cheapest_cover
 
 TARGET = Target(0.99)
@@ -165,3 +165,53 @@ def test_growth_scales_the_requests_keeps_sets_and_is_deterministic():
     assert grow(trace, 1.3, seed=4).ids == grow(trace, 1.3, seed=4).ids
     with pytest.raises(TraceError, match="--growth"):
         grow(trace, 0.0)
+
+
+SMALL = {"numa_cells": [{"shared_cpus": 16, "memory_mb": 32768}]}
+TALL = {"numa_cells": [{"shared_cpus": 8, "memory_mb": 65536}]}
+
+
+@settings(max_examples=10)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(-500, 900), st.floats(10, 2000), st.sampled_from(["s", "m", "l"]),
+            st.sampled_from([0, 0, 0, 2]),
+        ),
+        min_size=4,
+        max_size=40,
+    ),
+    st.tuples(st.integers(0, 6), st.integers(0, 6)),
+    st.sampled_from([0.8, 0.95, 1.0]),
+)  # fmt: skip
+def test_a_purchase_the_bound_rules_out_fails_in_replay(rows, purchase, acceptance):
+    """The bound's whole point: whatever it prunes could not have met the target."""
+    flavors = [
+        Flavor(name="s", vcpus=2, memory_mb=4096),
+        Flavor(name="m", vcpus=4, memory_mb=16384),
+        Flavor(name="l", vcpus=8, memory_mb=8192),
+    ]
+    rows = sorted(rows)
+    trace = build_trace(
+        "random",
+        [(f"vm{i}", s, s + d, f, b) for i, (s, d, f, b) in enumerate(rows)],
+        flavors,
+        window=600.0,
+    )
+    offered = {"small": SMALL, "tall": TALL}
+    p = CapacityProblem(
+        trace, Fleet(hosts=[], now=0.0), offered, [("nova", "c1")], resolve("first_fit")
+    )
+    target = Target(acceptance)
+    b = cover_bound(trace, p.fleet, offered, acceptance, p.target, p.clusters)
+    if b.violated(purchase) is not None:
+        assert not evaluate(p, purchase).meets(target)
+    cheapest = cheapest_cover(b.matrix, b.need(), np.array([1.0, 1.0]), np.array([50, 50]))
+    assert cheapest is not None
+    lower = tuple(int(v) for v in cheapest)
+    assert b.violated(lower) is None
+    for t in range(2):  # anything cheaper than the cheapest cover is pruned, and fails
+        if lower[t]:
+            fewer = tuple(v - (i == t) for i, v in enumerate(lower))
+            assert b.violated(fewer) is not None
+            assert not evaluate(p, fewer).meets(target)
