@@ -116,6 +116,11 @@ def section(results: dict[str, dict[str, Any] | None], workers: int) -> str:
             if data["bound_purchase"]
             else "* lower bound: none",
         ]
+        if data["bound_purchase"] and not any(data["bound_purchase"]["purchase"]):
+            lines.append(
+                "  (the existing fleet already has the volume the target forces: what is short "
+                "is packing, NUMA cells, pools and anti-affinity, which only the replays see)"
+            )
         if answer is not None:
             lines += [
                 f"* **answer: buy {answer['mix']} per cluster** ({answer['bought_hosts']} hosts, "
