@@ -194,7 +194,20 @@ def plot_curve(data: dict[str, Any], path: Path) -> Path:
     ax.set_ylabel(f"{', '.join(data['target_business'])} requests accepted (%)")
     ax.set_title(f"Acceptance curve: {data['trace']}, growth {data['growth']:g}x")
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
+    handles, labels = ax.get_legend_handles_labels()
+    limit = data["target"]["evictions"]
+    evicted = [(r["cost"], 100 * r["eviction_rate"]) for r in replayed
+               if r["eviction_rate"] is not None]  # fmt: skip
+    if limit is not None and evicted:  # the eviction target decides too: its share, right axis
+        right = ax.twinx()
+        xs, ys = zip(*evicted, strict=True)
+        right.scatter(xs, ys, marker="x", color="tab:purple", s=22, label="evicted (preemptible)")
+        right.axhline(100 * limit, color="tab:purple", linestyle="--", linewidth=1,
+                      label="eviction target")  # fmt: skip
+        right.set_ylabel("preemptible placements evicted (%)")
+        more_handles, more_labels = right.get_legend_handles_labels()
+        handles, labels = handles + more_handles, labels + more_labels
+    ax.legend(handles, labels, loc="center right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
