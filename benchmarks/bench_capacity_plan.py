@@ -38,6 +38,15 @@ RUNS: dict[str, dict[str, Any]] = {
         "acceptance": 0.995,
         "evictions": None,
     },
+    "green-field": {
+        "trace": "synthetic",
+        "days": 0.25,
+        "fleet": "none",
+        "offers": ["std-2s:9000", "ssd-2s:12000", "dpdk-2s:15000"],
+        "growth": 1.0,
+        "acceptance": 0.995,
+        "evictions": None,
+    },
     "azure": {
         "trace": "azure",
         "fleet": "500xazure-1",
@@ -54,7 +63,8 @@ def run(name: str, workers: int, policy: str) -> dict[str, Any]:
     started = time.perf_counter()
     problem, offers, fleet = build_problem(
         spec["trace"], spec["fleet"], spec["offers"], policy=policy, growth=spec["growth"],
-        seed=0, limit=None, days=1.0, azure_dir=None, business="on-demand", preemption=True,
+        seed=0, limit=None, days=spec.get("days", 1.0), azure_dir=None, business="on-demand",
+        preemption=True,
     )  # fmt: skip
     result = run_plan(
         problem, offers, spec["acceptance"], spec["evictions"], workers=workers,
@@ -63,8 +73,9 @@ def run(name: str, workers: int, policy: str) -> dict[str, Any]:
     target = f"--target-acceptance {100 * spec['acceptance']:g}%"
     if spec["evictions"] is not None:
         target += f" --target-evictions {100 * spec['evictions']:g}%"
+    days = f" --days {spec['days']:g}" if "days" in spec else ""
     command = (
-        f"berth plan-capacity --trace {spec['trace']} --fleet {spec['fleet']} "
+        f"berth plan-capacity --trace {spec['trace']}{days} --fleet {spec['fleet']} "
         + " ".join(f"--offer {o}" for o in spec["offers"])
         + f" --growth {spec['growth']:g} {target} --policy {policy} --workers {workers}"
     )

@@ -312,7 +312,10 @@ def plan_capacity(
     as_json: JsonOption = False,
 ) -> None:
     """How many servers to buy: the cheapest purchase of the offered host types that meets the
-    acceptance target on a trace, found by bounds and replays; with its acceptance curve."""
+    acceptance target on a trace, found by bounds and replays; with its acceptance curve.
+
+    Purchases are counted per cluster, like sizing specs. Exit code 1 when no purchase meets
+    the target, 2 on bad input."""
     from berth.sim.capacity_plan import Target
     from berth.sim.capacity_report import plan_data, write_plan
 
