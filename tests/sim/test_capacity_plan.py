@@ -4,6 +4,7 @@ not, the bound never prunes a purchase that could pass, and the cover is the che
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from functools import cache
 
 import numpy as np
@@ -12,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from berth.core.model import Flavor, Fleet
-from berth.sim.capacity_bound import cover_bound
+from berth.sim.capacity_bound import CoverBound, cover_bound
 from berth.sim.capacity_exec import CapacityProblem, SerialRunner, evaluate, purchase_fleet
 from berth.sim.capacity_offers import parse_offers
-from berth.sim.capacity_plan import Offer, PlanError, Target, plan
+from berth.sim.capacity_plan import Evaluate, Offer, Outcome, PlanError, Purchase, Target, plan
 from berth.sim.growth import grow
 from berth.sim.policies import resolve
 from berth.sim.synthetic import SyntheticConfig, generate
@@ -215,3 +216,65 @@ def test_a_purchase_the_bound_rules_out_fails_in_replay(rows, purchase, acceptan
             fewer = tuple(v - (i == t) for i, v in enumerate(lower))
             assert b.violated(fewer) is not None
             assert not evaluate(p, fewer).meets(target)
+
+
+def _fake(weights: list[int], need: int, floor: list[int]) -> Evaluate:
+    """A replay stand-in: a purchase passes iff weights @ x >= need and x >= floor."""
+
+    def run(purchases: Sequence[Purchase]) -> list[Outcome]:
+        out = []
+        for x in purchases:
+            ok = float(np.dot(weights, x)) >= need and all(
+                v >= f for v, f in zip(x, floor, strict=True)
+            )
+            out.append(Outcome(tuple(x), acceptance=1.0 if ok else 0.5, warmup_acceptance=1.0))
+        return out
+
+    return run
+
+
+@settings(max_examples=25)
+@given(
+    st.lists(st.integers(1, 5), min_size=2, max_size=3),
+    st.integers(1, 60),
+    st.data(),
+    st.integers(1, 3),
+)
+def test_the_search_answer_passes_and_one_fewer_fails_for_any_monotone_target(
+    weights, need, data, width
+):
+    """The pure search on a stand-in for replays (a monotone threshold): the answer passes,
+    one host fewer of any type in it fails, and "optimal" is the true optimum."""
+    k = len(weights)
+    floor = [data.draw(st.integers(0, 3)) for _ in range(k)]
+    prices = np.array([data.draw(st.integers(1, 9)) for _ in range(k)], dtype=float)
+    scale = data.draw(st.sampled_from([0.5, 0.9, 1.0]))  # the bound forces part of the need
+    bound = CoverBound(
+        matrix=np.array([weights], dtype=float), forced=np.array([scale * need]),
+        base=np.zeros(1), labels=["volume"],
+    )  # fmt: skip
+    run = _fake(weights, need, floor)
+    offers = [Offer(f"t{i}", float(p)) for i, p in enumerate(prices)]
+    result = plan(bound, offers, TARGET, run, width=width, upper=200)
+    assert result.purchase is not None
+    assert run([result.purchase])[0].meets(TARGET)
+    if result.claim == "optimal":
+        # the true optimum of the stand-in (cheapest_cover is checked by brute force above)
+        rows = np.vstack([np.array([weights], dtype=float), np.eye(k)])
+        optimum = cheapest_cover(rows, np.array([need, *floor], dtype=float), prices,
+                                 np.full(k, 200, dtype=np.int64))  # fmt: skip
+        assert optimum is not None
+        assert prices @ np.array(result.purchase) == prices @ optimum
+    else:
+        assert result.claim == "minimal"
+        for t in range(k):
+            if result.purchase[t]:
+                fewer = tuple(v - (i == t) for i, v in enumerate(result.purchase))
+                assert not run([fewer])[0].meets(TARGET)
+
+
+def test_a_spent_replay_budget_is_said():
+    bound = CoverBound(np.array([[1.0]]), np.array([1.0]), np.zeros(1), ["volume"])
+    result = plan(bound, [Offer("t", 1.0)], TARGET, _fake([1], 40, [0]), width=1, max_replays=3)
+    assert result.claim in ("none", "unverified")
+    assert any("budget" in n for n in result.notes)

@@ -11,7 +11,9 @@ placements evicted). The search:
    one passes in replay it is the cheapest of all (claim "optimal").
 2. **path**: otherwise the cheapest covers of the forced demand scaled by λ = 1.05, 1.15, ...
    are replayed, `width` at a time (the executor's parallelism), until one passes; then λ is
-   bisected between the last failure and the first pass.
+   bisected between the last failure and the first pass. If none passes up to 8x (what is short
+   is a type the volume does not ask for), 1, 2, 4, ... hosts of one type, or of every type,
+   are added to the bound's purchase until one does.
 3. **descent**: from that pass, each type's count is bisected down (the others fixed; the bound
    gives the floor), the dearest type first.
 4. **check**: every purchase with one host fewer of one type of the mix is replayed (or proven
@@ -234,10 +236,12 @@ def plan(
         result.evaluated = search.order
         return result
     best = _walk_path(search, max(1, width))
+    if best is None and not search.spent:
+        best = _climb(search, result.bound_purchase, max(1, width))
     if best is None:
         result.notes.append(
-            f"no purchase up to {SCALES[-1]:g}x the forced demand met the target"
-            + (" (replay budget spent)" if search.spent else "")
+            "no purchase met the target"
+            + (" (replay budget spent)" if search.spent else f" up to {upper} hosts of a type")
         )
         result.evaluated = search.order
         return result
@@ -291,6 +295,28 @@ def _walk_path(search: _Search, width: int) -> Purchase | None:
             elif not search.passes(x):
                 lo = max(lo, s) if s < hi else lo
     return best
+
+
+def _climb(search: _Search, start: Purchase, width: int) -> Purchase | None:
+    """When no scaled cover passes (what is short is a type the volume does not ask for, e.g.
+    hosts for anti-affinity or NUMA shapes): from the bound's purchase add 1, 2, 4, ... hosts of
+    one type, or of every type, cheapest first, until a purchase passes (None: none does up to
+    the upper limit, or the budget ran out)."""
+    step = 1
+    while not search.spent:
+        grown = [tuple(v + step * (i == t) for i, v in enumerate(start)) for t in range(len(start))]
+        grown.append(tuple(v + step for v in start))
+        grown = sorted({x for x in grown if max(x) <= search.upper[0]}, key=search.cost)
+        if not grown:
+            return None
+        for k in range(0, len(grown), width):
+            batch = grown[k : k + width]
+            search.run(batch)
+            passing = [x for x in batch if search.passes(x)]
+            if passing:
+                return min(passing, key=search.cost)
+        step *= 2
+    return None
 
 
 def _descend(search: _Search, best: Purchase, width: int) -> tuple[Purchase, list[Outcome], bool]:
