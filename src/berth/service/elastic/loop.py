@@ -49,7 +49,7 @@ class Watcher(Protocol):
 @dataclass
 class LoopConfig:
     controller: ControllerConfig = field(default_factory=ControllerConfig)
-    interval: float = 5.0  # seconds between cycles
+    interval: float = 60.0  # seconds between cycles (the replayed day's cycle)
     agent_url: str = "http://127.0.0.1:8080"  # where VMs' agents reach the service
     project: str = "elastic"  # the project elastic VMs are placed and booted under
     shutdown_grace: float = 30.0  # a retiring VM is deleted this long after `shutdown`
