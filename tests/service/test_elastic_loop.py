@@ -197,6 +197,35 @@ def test_a_vm_that_never_joins_is_reaped_and_the_group_backs_off(
     assert 'berth_elastic_failed_boots_total{group="juno"} 1.0' in env.client.get("/metrics").text
 
 
+def test_a_restart_keeps_the_backoff(env: ElasticEnv, clock: Clock) -> None:
+    """The group's and the cluster's failed boots live in the store: a Berth restarted during
+    the backoff does not retry at once, and the hysteresis clock survives too."""
+    queue = ScriptedQueue(clock)
+    loop = make_loop(env, clock, queue, [])
+    queue.idle["juno"] = 4
+    env.cloud.fail_boots = 1
+    loop.cycle()
+    clock.now += 31  # past the boot deadline
+    failed_at = clock.now
+    assert [a.reason.code for a in loop.cycle().reaps()] == [Code.BOOT_DEADLINE]
+    stored = {(r.kind, r.name): r for r in env.store.elastic_backoff()}
+    assert (stored["group", "juno"].failures, stored["group", "juno"].last_failure) == (
+        1,
+        failed_at,
+    )
+    assert stored["group", "juno"].last_start == NOW
+    assert stored["cluster", "c1"].failures == 1
+    clock.now += 5
+    restarted = make_loop(env, clock, queue, [])  # a new Berth on the same store
+    assert restarted.history == loop.history
+    assert restarted.cluster_history == loop.cluster_history
+    decision = restarted.cycle()
+    assert decision.report("juno").started == 0
+    assert Code.GROUP_BACKOFF in {n.code for n in decision.report("juno").notes}
+    clock.now += 6  # the backoff (10 s) passed
+    assert restarted.cycle().report("juno").started == 1
+
+
 def test_a_reap_decided_on_a_stale_view_does_nothing(env: ElasticEnv, clock: Clock) -> None:
     """The controller saw a VM booting past its deadline; its join came back meanwhile."""
     queue = ScriptedQueue(clock)

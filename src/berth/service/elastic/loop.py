@@ -32,6 +32,7 @@ from berth.elastic.model import TERMINAL, GroupDemand, QueueSnapshot, VmState, W
 from berth.elastic.state import ControllerConfig, ControlState, FailureHistory, GroupHistory
 from berth.service.elastic import carry
 from berth.service.elastic.hooks import HookRunner
+from berth.service.elastic.memory import load_history, save_history
 from berth.service.elastic.metrics import ElasticMetrics
 from berth.service.replica import Replica
 from berth.store.elastic_rows import ElasticGroupRow, VmRow, VmStateError
@@ -76,8 +77,10 @@ class ElasticLoop:
         self.hooks = hooks or HookRunner(self.store, clock=clock)
         self.metrics = metrics
         self.clock = clock
-        self.history: dict[str, GroupHistory] = {}
-        self.cluster_history: dict[str, FailureHistory] = {}
+        # the backoff and hysteresis history, kept in the store across restarts
+        self.history: dict[str, GroupHistory]
+        self.cluster_history: dict[str, FailureHistory]
+        self.history, self.cluster_history = load_history(self.store)
         self.last: Decision | None = None
         self.reconciled = False
         self._cycle_lock = threading.Lock()
@@ -139,7 +142,10 @@ class ElasticLoop:
             state = self._state(queue, groups, vms)
             decision = decide(state, self.config.controller)
             self._carry_out(decision, groups, vms)
-            self.history, self.cluster_history = advance_history(state, decision)
+            history, clusters = advance_history(state, decision)
+            if (history, clusters) != (self.history, self.cluster_history):
+                save_history(self.store, history, clusters)
+            self.history, self.cluster_history = history, clusters
             self._observe(decision, vms, state.now)
             self.last = decision
             return decision
