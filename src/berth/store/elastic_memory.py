@@ -32,9 +32,8 @@ class ElasticMemory(Database):
 
     def elastic_backoff(self) -> list[BackoffRow]:
         with self._read() as conn:
-            rows = conn.execute(
-                select(t.elastic_backoff).order_by(t.elastic_backoff.c.kind, t.elastic_backoff.c.name)
-            )
+            b = t.elastic_backoff.c
+            rows = conn.execute(select(t.elastic_backoff).order_by(b.kind, b.name))
             return [
                 BackoffRow(r.kind, r.name, r.last_start, r.last_drain, r.failures, r.last_failure)
                 for r in rows

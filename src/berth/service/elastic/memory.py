@@ -28,7 +28,9 @@ def history_rows(
 ) -> list[BackoffRow]:
     """The rows to keep: a history that remembers nothing is not stored."""
     rows = [
-        BackoffRow("group", name, h.last_start, h.last_drain, h.boots.failures, h.boots.last_failure)
+        BackoffRow(
+            "group", name, h.last_start, h.last_drain, h.boots.failures, h.boots.last_failure
+        )
         for name, h in sorted(groups.items())
         if h != GroupHistory()
     ]
