@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
-from berth.cloud.driver import Server, ServerState
+from berth.cloud.driver import BootRequest, HostPower, Server, ServerState
+from berth.core.resources import H_VCPU
 from berth.elastic.actions import Code, Reap, Reason
 from berth.elastic.model import GroupDemand, QueueSnapshot, VmState
 from berth.elastic.state import ControllerConfig
+from berth.elastic.tidal import DAY, TidalConfig
 from berth.service.elastic import carry
 from berth.service.elastic.hooks import Hook, HookRunner
 from berth.service.elastic.loop import ElasticLoop, LoopConfig
@@ -341,3 +343,58 @@ def test_an_on_demand_request_evicts_an_elastic_vm_gracefully(
     assert [(a.vm, a.reason.code.value) for a in decision.drains()] == [(victim.name, "evicted")]
     assert env.store.get_vm(victim.name).state is VmState.DRAINING
     assert decision.report("juno").started == 0  # its room is the on-demand VM's now
+
+
+def test_tidal_power_is_applied_through_the_driver_and_recorded(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """Empty hosts go off (disabled in Berth first), never one with a VM or any server on it;
+    a forecast from yesterday's samples powers them back on before the demand arrives."""
+    env = make_elastic_env(tmp_path / "berth.db", clock=clock, hosts=4)
+    env.store.put_elastic_group(htcondor_group("juno", max_vms=3))
+    queue = ScriptedQueue(clock)
+    queue.idle["juno"] = 1
+    make_loop(env, clock, queue, []).cycle()  # one VM booted, without power management
+    (vm,) = env.store.list_vms()
+    other = next(f"h-c1-{i}" for i in range(4) if f"h-c1-{i}" != vm.host)
+    outsider = env.cloud.boot(BootRequest("outside", "p4", other))  # no claim in Berth
+    tidal = TidalConfig(days=1, lookahead=3600, margin=0.0, min_on=1, min_dwell=0, max_off=4)
+    loop = ElasticLoop(  # Berth again, now with tidal power management
+        env.replica,
+        {"c1": env.cloud},
+        [queue],
+        LoopConfig(controller=CONTROL, agent_url="http://testserver", tidal=tidal),
+        metrics=env.app.state.elastic_metrics,
+        clock=clock,
+    )
+    clock.now += 1
+    loop.cycle()  # the demand is the VM's cores and its idle job: the empty hosts can go
+    hosts = [f"h-c1-{i}" for i in range(4)]
+    off = sorted(a.host for a in loop.powered if a.done and not a.on)
+    assert off == sorted(set(hosts) - {vm.host, other})  # not with a VM, nor an outside server
+    refused = [a for a in loop.powered if not a.done]
+    assert [(a.host, "outside" in a.reason) for a in refused] == [(other, True)]
+    for h in hosts:
+        expect = HostPower.OFF if h in off else HostPower.ON
+        assert env.cloud.power(h) is expect, h
+        assert env.store.get_host(h).host.enabled is (h not in off), h
+    rows = {r.host: r for r in env.store.host_power_states()}
+    assert {h for h, r in rows.items() if r.power == "off"} == set(off)
+    assert {r.changed_by for r in rows.values()} == {"tidal"}
+    metrics = env.client.get("/metrics").text
+    assert 'berth_elastic_power_transitions_total{power="off"} 2.0' in metrics
+    assert "berth_hosts_powered_off 2.0" in metrics
+    env.cloud.delete(outsider.id)
+
+    # yesterday, 20 minutes later than now, the demand was 4 hosts' worth: power on ahead of it
+    per_host = env.replica.clusters["c1"].table.host_cap[0, H_VCPU]
+    env.store.record_demand(clock.now - DAY + 1200, 4 * float(per_host))
+    clock.now += 60
+    loop.cycle()
+    on = sorted(a.host for a in loop.powered if a.done and a.on)
+    assert on == off
+    for h in hosts:
+        assert env.cloud.power(h) is HostPower.ON
+        assert env.store.get_host(h).host.enabled
+    assert {r.power for r in env.store.host_power_states()} == {"on"}
+    env.store.close()
