@@ -94,7 +94,7 @@ class Pool:
         return self.loop
 
     def drive(self, until: Callable[[], bool], timeout: float, what: str) -> float:
-        """Run control cycles (0.3 s apart) until `until()`; the seconds it took (printed: `-s`
+        """Run control cycles (0.5 s apart) until `until()`; the seconds it took (printed: `-s`
         shows where a scenario spends its time)."""
         assert self.loop is not None
         start = time.monotonic()
@@ -112,7 +112,7 @@ class Pool:
                     f"not within {timeout} s: {what}; VMs {states}; last cycle {groups}; "
                     f"queue {self.loop.snapshot()}"
                 )
-            time.sleep(0.3)
+            time.sleep(0.5)
 
     def kill_agent(self, vm: str) -> None:
         os.kill(self.agents[vm].pid, signal.SIGKILL)

@@ -223,7 +223,9 @@ class Policy(_Strict):
                     )
         for btype in EVICTABLE:
             if btype in self.business and self.business[btype].may_preempt:
-                raise ValueError(f"business.{btype.value}.may_preempt: {btype.value} never evicts")
+                raise ValueError(
+                    f"business.{btype.value}.may_preempt: {btype.value} requests never evict"
+                )
         for i, urule in enumerate(self.users):
             for j, name in enumerate(urule.variants or []):
                 if name not in variants:
