@@ -166,12 +166,13 @@ def groups3() -> tuple[GroupSpec, ...]:
 
 
 def policies() -> list[tuple[str, Callable[[], Any]]]:
-    tuned = ControllerConfig(boot_deadline=300, keep_alive=120, hysteresis=300)
+    tuned = ControllerConfig()  # the defaults: keep-alive 120 s, hysteresis 300 s, boot 300 s
+    assert (tuned.keep_alive, tuned.hysteresis, tuned.boot_deadline) == (120, 300, 300)
     careful = ControllerConfig(boot_deadline=300, keep_alive=600, hysteresis=900)
     tidal = TidalConfig(days=1, lookahead=3600, margin=0.25, min_on=4)  # every 60 s
     return [
         (
-            "Berth (keep-alive 120 s, hysteresis 300 s) + tidal",
+            "Berth (defaults: keep-alive 120 s, hysteresis 300 s) + tidal",
             lambda: BerthPolicy(tuned, tidal=tidal, name="berth"),
         ),
         ("Berth (same), no tidal", lambda: BerthPolicy(tuned, name="berth-no-tidal")),

@@ -86,7 +86,7 @@ class Pool:
             {"c1": env.cloud},
             self.watchers,
             LoopConfig(
-                controller=CONTROL, agent_url=self.url, shutdown_grace=15.0, drain_settle=8.0
+                controller=CONTROL, agent_url=self.url, shutdown_grace=15.0, drain_settle=4.0
             ),
             hooks=HookRunner(env.store, self.hooks, backoff_base=1.0, backoff_max=4.0),
             metrics=env.app.state.elastic_metrics,
@@ -94,13 +94,16 @@ class Pool:
         return self.loop
 
     def drive(self, until: Callable[[], bool], timeout: float, what: str) -> float:
-        """Run control cycles (0.5 s apart) until `until()`; the seconds it took."""
+        """Run control cycles (0.5 s apart) until `until()`; the seconds it took (printed: `-s`
+        shows where a scenario spends its time)."""
         assert self.loop is not None
         start = time.monotonic()
         while True:
             self.loop.cycle()
             if until():
-                return time.monotonic() - start
+                took = time.monotonic() - start
+                print(f"  {what}: {took:.1f} s")
+                return took
             if time.monotonic() - start > timeout:
                 states = [(v.name, v.state.value) for v in self.env.store.list_vms()]
                 last = self.loop.last

@@ -106,7 +106,10 @@ CFG = ControllerConfig(max_starts=15, max_starts_per_group=6, max_drains=5)
 
 
 def _live_after(s: ControlState, d) -> tuple[int, int]:
-    gone = {a.vm for a in d.actions if isinstance(a, Reap | Retire)}
+    """VMs and cores the cloud holds after the decision: every live VM but the reaped ones
+    (deleted at once; a retiring VM's server goes only after its agent's shutdown), plus the
+    starts."""
+    gone = {a.vm for a in d.actions if isinstance(a, Reap)}
     cores = {g.name: g.cores_per_vm for g in s.groups}
     live = [v for v in s.vms if v.state in LIVE and v.name not in gone]
     started = {a.group: a.count for a in d.starts()}
@@ -130,6 +133,27 @@ def test_never_above_a_maximum_or_the_global_cap(s: ControlState) -> None:
         assert s.global_max_vms is None or n <= s.global_max_vms
         assert s.global_max_cores is None or c <= s.global_max_cores
     assert sum(a.count for a in d.starts()) <= CFG.max_starts
+
+
+@settings(max_examples=150, deadline=None)
+@given(states())
+def test_never_above_a_maximum_counting_draining_vms(s: ControlState) -> None:
+    """A group that starts VMs stays within `max_vms` and `max_cores` counting every VM it
+    still holds — draining and retiring ones included —, and the pool within its global caps."""
+    d = decide(s, CFG)
+    reaped = {a.vm for a in d.actions if isinstance(a, Reap)}
+    for g in s.groups:
+        started = sum(a.count for a in d.starts() if a.group == g.name)
+        if not started:
+            continue
+        held = [v for v in s.vms if v.group == g.name and v.state in LIVE and v.name not in reaped]
+        assert len(held) + started <= g.max_vms, (g, held, started)
+        if g.max_cores is not None:
+            assert (len(held) + started) * g.cores_per_vm <= g.max_cores
+    n, c = _live_after(s, d)
+    if d.starts():
+        assert s.global_max_vms is None or n <= s.global_max_vms
+        assert s.global_max_cores is None or c <= s.global_max_cores
 
 
 @settings(max_examples=120, deadline=None)

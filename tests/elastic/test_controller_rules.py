@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from berth.elastic.actions import Code, Decision
@@ -187,6 +189,28 @@ def test_eviction_replacement_is_started_for_demand() -> None:
     d = decide(s, CFG)
     assert started(d, "a") == 1
     assert len(d.drains()) == 1
+
+
+def test_draining_vms_count_against_the_maximum() -> None:
+    """A group at its maximum whose old VMs drain (still running jobs, or empty and waiting
+    for their agent's shutdown) starts no more until they are gone."""
+    g = group("a", max_vms=2, max_cores=8)
+    vms = [vm("v1", "a", since=0), vm("v2", "a", VmState.DRAINING, since=50)]
+    s = state(100, [g], vms=vms, running={"v1": 4, "v2": 3}, idle={"a": 20})
+    d = decide(s, CFG)
+    assert started(d, "a") == 0
+    (note,) = [n for n in d.report("a").notes if n.code is Code.AT_MAX]
+    assert "1 draining" in note.message
+    s = state(100, [g], vms=vms, running={"v1": 4, "v2": 0}, idle={"a": 20})
+    d = decide(s, CFG)  # v2 is retired now, but its server goes only after the shutdown
+    assert [r.vm for r in d.retires()] == ["v2"]
+    assert started(d, "a") == 0
+    s = state(100, [g], vms=vms[:1], running={"v1": 4}, idle={"a": 20})
+    assert started(decide(s, CFG), "a") == 1  # gone: room again
+    evicted = state(100, [g], vms=[vm("v1", "a"), vm("v2", "a")], evict=frozenset({"v1"}))
+    d = decide(replace(evicted, queue=s.queue), CFG)
+    assert [x.vm for x in d.drains()] == ["v1"]
+    assert started(d, "a") == 0  # the evicted VM still drains on its host
 
 
 def test_rate_limits() -> None:

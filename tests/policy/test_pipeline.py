@@ -13,7 +13,7 @@ from berth.policy.errors import MultiCloudInputError, PolicyConflictError
 from berth.policy.model import Business, ClusterSpec
 from berth.policy.outcome import Failure, Placement, ScheduleRequest
 from berth.policy.pipeline import PolicyEngine
-from tests.policy.fixtures import NOW, cluster, engine, host, inst, topology
+from tests.policy.fixtures import NOW, POLICY, cluster, engine, host, inst, topology
 from tests.policy.helpers import same, snapshot
 
 
@@ -474,3 +474,47 @@ def test_accounting_per_day_business_and_reason():
     assert first["requests_by_business"] == {"on-demand": 2, "preemptible": 1}
     assert acc["days"][days[1]]["failures_by_reason"] == {"image_missing": 1}
     assert acc["total"]["success_rate"] == 0.5
+
+
+# ---------------------------------------------------------------------------- elastic pools
+def test_elastic_vms_are_evicted_by_on_demand_never_evict_and_escape_the_preemptible_limit():
+    """The elastic pools' worker VMs are their own business type: an on-demand request evicts
+    them as it would preemptible ones (their loop then drains them), an elastic request never
+    evicts, and they do not count against an IDC's preemptible limit."""
+    instances = [
+        inst(f"e{i}", "s1", "v.c.large.n1", "elastic", created=10.0 + i) for i in range(3)
+    ] + [inst("od", "s1", "v.c.large.n1", "on-demand", created=1.0)]
+    e = engine(topology([cluster("a1", [host("s1")], instances)]))
+    assert e.topology.clusters["a1"].is_preemptible(
+        e.topology.clusters["a1"].table.allocations["e0"]
+    )
+    f = failed(e.decide(req(flavor="v.c.large", business="elastic"), NOW))
+    assert all(a.outcome != "preemption_plan" for a in f.attempts)
+    p = placed(e.decide(req(flavor="v.c.large"), NOW))
+    assert p.evictions == ("e2",)  # the youngest
+    done = e.commit(p, NOW)
+    assert [v.instance_id for v in done.evicted] == ["e2"]
+    # the preemptible limit (idc-b: 2) counts preemptible instances only
+    hosts = [host("bs1"), host("bs2")]
+    e = engine(topology([cluster("a1", [host("s1")])], [cluster("b1", hosts)]))
+    for _ in range(3):
+        placed(e.schedule(req(region="idc-b", business="elastic"), NOW))
+    assert e.topology.preemptible_count("idc-b") == 0
+    placed(e.schedule(req(region="idc-b", business="preemptible", count=2), NOW))
+    assert e.topology.preemptible_count("idc-b") == 2
+
+
+def test_the_elastic_rule_is_optional_and_never_preempts():
+    e = two_pools()
+    cands = e.catalogue.candidates("v.c.small", Business.ELASTIC, "default")
+    pre = e.catalogue.candidates("v.c.small", Business.PREEMPTIBLE, "default")
+    assert [c.variant for c in cands.items] == [c.variant for c in pre.items]
+    assert not cands.may_preempt
+    with pytest.raises(ValueError, match=r"business\.elastic\.may_preempt"):
+        engine(
+            topology([cluster("a1", [host("s1")])]),
+            business={
+                **POLICY["business"],
+                "elastic": {"variants": ["numa2"], "may_preempt": True},
+            },
+        )

@@ -78,7 +78,7 @@ def make_elastic_env(
         load_fleet_into(store, fleet, {"c1": "r1"}, now=clock())  # heartbeats as of the clock
     config = ServiceConfig(db_url=url, token_cache_ttl=0.0, service_down_time=1e10)
     cloud = SimulatedCloud("c1", fleet, clock=clock, on_boot=on_boot, on_delete=on_delete)
-    factory = None if loop is None else (lambda r, m: loop(r, m, cloud))
+    factory = None if loop is None else (lambda r, m, _clouds: loop(r, m, cloud))
     app = create_app(config, store=store, clock=clock, background=background, elastic_loop=factory)
     tokens = {
         "admin": store.create_token("admin", "admin")[1],

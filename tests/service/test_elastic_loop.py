@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
-from berth.cloud.driver import Server, ServerState
+from berth.cloud.driver import BootRequest, HostPower, Server, ServerState
+from berth.core.resources import H_VCPU
 from berth.elastic.actions import Code, Reap, Reason
 from berth.elastic.model import GroupDemand, QueueSnapshot, VmState
 from berth.elastic.state import ControllerConfig
+from berth.elastic.tidal import DAY, TidalConfig
 from berth.service.elastic import carry
 from berth.service.elastic.hooks import Hook, HookRunner
 from berth.service.elastic.loop import ElasticLoop, LoopConfig
@@ -197,6 +199,35 @@ def test_a_vm_that_never_joins_is_reaped_and_the_group_backs_off(
     assert 'berth_elastic_failed_boots_total{group="juno"} 1.0' in env.client.get("/metrics").text
 
 
+def test_a_restart_keeps_the_backoff(env: ElasticEnv, clock: Clock) -> None:
+    """The group's and the cluster's failed boots live in the store: a Berth restarted during
+    the backoff does not retry at once, and the hysteresis clock survives too."""
+    queue = ScriptedQueue(clock)
+    loop = make_loop(env, clock, queue, [])
+    queue.idle["juno"] = 4
+    env.cloud.fail_boots = 1
+    loop.cycle()
+    clock.now += 31  # past the boot deadline
+    failed_at = clock.now
+    assert [a.reason.code for a in loop.cycle().reaps()] == [Code.BOOT_DEADLINE]
+    stored = {(r.kind, r.name): r for r in env.store.elastic_backoff()}
+    assert (stored["group", "juno"].failures, stored["group", "juno"].last_failure) == (
+        1,
+        failed_at,
+    )
+    assert stored["group", "juno"].last_start == NOW
+    assert stored["cluster", "c1"].failures == 1
+    clock.now += 5
+    restarted = make_loop(env, clock, queue, [])  # a new Berth on the same store
+    assert restarted.history == loop.history
+    assert restarted.cluster_history == loop.cluster_history
+    decision = restarted.cycle()
+    assert decision.report("juno").started == 0
+    assert Code.GROUP_BACKOFF in {n.code for n in decision.report("juno").notes}
+    clock.now += 6  # the backoff (10 s) passed
+    assert restarted.cycle().report("juno").started == 1
+
+
 def test_a_reap_decided_on_a_stale_view_does_nothing(env: ElasticEnv, clock: Clock) -> None:
     """The controller saw a VM booting past its deadline; its join came back meanwhile."""
     queue = ScriptedQueue(clock)
@@ -312,3 +343,58 @@ def test_an_on_demand_request_evicts_an_elastic_vm_gracefully(
     assert [(a.vm, a.reason.code.value) for a in decision.drains()] == [(victim.name, "evicted")]
     assert env.store.get_vm(victim.name).state is VmState.DRAINING
     assert decision.report("juno").started == 0  # its room is the on-demand VM's now
+
+
+def test_tidal_power_is_applied_through_the_driver_and_recorded(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """Empty hosts go off (disabled in Berth first), never one with a VM or any server on it;
+    a forecast from yesterday's samples powers them back on before the demand arrives."""
+    env = make_elastic_env(tmp_path / "berth.db", clock=clock, hosts=4)
+    env.store.put_elastic_group(htcondor_group("juno", max_vms=3))
+    queue = ScriptedQueue(clock)
+    queue.idle["juno"] = 1
+    make_loop(env, clock, queue, []).cycle()  # one VM booted, without power management
+    (vm,) = env.store.list_vms()
+    other = next(f"h-c1-{i}" for i in range(4) if f"h-c1-{i}" != vm.host)
+    outsider = env.cloud.boot(BootRequest("outside", "p4", other))  # no claim in Berth
+    tidal = TidalConfig(days=1, lookahead=3600, margin=0.0, min_on=1, min_dwell=0, max_off=4)
+    loop = ElasticLoop(  # Berth again, now with tidal power management
+        env.replica,
+        {"c1": env.cloud},
+        [queue],
+        LoopConfig(controller=CONTROL, agent_url="http://testserver", tidal=tidal),
+        metrics=env.app.state.elastic_metrics,
+        clock=clock,
+    )
+    clock.now += 1
+    loop.cycle()  # the demand is the VM's cores and its idle job: the empty hosts can go
+    hosts = [f"h-c1-{i}" for i in range(4)]
+    off = sorted(a.host for a in loop.powered if a.done and not a.on)
+    assert off == sorted(set(hosts) - {vm.host, other})  # not with a VM, nor an outside server
+    refused = [a for a in loop.powered if not a.done]
+    assert [(a.host, "outside" in a.reason) for a in refused] == [(other, True)]
+    for h in hosts:
+        expect = HostPower.OFF if h in off else HostPower.ON
+        assert env.cloud.power(h) is expect, h
+        assert env.store.get_host(h).host.enabled is (h not in off), h
+    rows = {r.host: r for r in env.store.host_power_states()}
+    assert {h for h, r in rows.items() if r.power == "off"} == set(off)
+    assert {r.changed_by for r in rows.values()} == {"tidal"}
+    metrics = env.client.get("/metrics").text
+    assert 'berth_elastic_power_transitions_total{power="off"} 2.0' in metrics
+    assert "berth_hosts_powered_off 2.0" in metrics
+    env.cloud.delete(outsider.id)
+
+    # yesterday, 20 minutes later than now, the demand was 4 hosts' worth: power on ahead of it
+    per_host = env.replica.clusters["c1"].table.host_cap[0, H_VCPU]
+    env.store.record_demand(clock.now - DAY + 1200, 4 * float(per_host))
+    clock.now += 60
+    loop.cycle()
+    on = sorted(a.host for a in loop.powered if a.done and a.on)
+    assert on == off
+    for h in hosts:
+        assert env.cloud.power(h) is HostPower.ON
+        assert env.store.get_host(h).host.enabled
+    assert {r.power for r in env.store.host_power_states()} == {"on"}
+    env.store.close()

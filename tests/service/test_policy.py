@@ -263,3 +263,39 @@ def test_the_preemptible_limit_holds_across_stale_replicas(policy_db: Path, tmp_
     finally:
         a.store.close()
         b.store.close()
+
+
+def test_elastic_vms_are_their_own_business_type_in_the_policy_engine(penv: Env):
+    """An elastic VM — scheduled through /v1/schedule, or placed by the elastic loop through
+    Berth's plain placement — is known to the policy engine as `elastic`: evictable by
+    on-demand requests, not counted against the preemptible limit."""
+    resp = penv.post(
+        "/v1/schedule", {"region": "beijing", "flavor": "v.c3.large", "business": "elastic"}
+    )
+    assert resp.status_code == 201, resp.text
+    body = resp.json()
+    (inst,) = body["instances"]
+    assert (inst["business_type"], inst["preemptible"]) == ("elastic", True)
+    engine = policy_engine(penv.replica)
+    assert engine is not None
+    cluster = engine.topology.clusters[body["cluster"]]
+    assert cluster.meta[inst["id"]].business.value == "elastic"
+    assert cluster.is_preemptible(cluster.table.allocations[inst["id"]])
+    idc = cluster.idc
+    before = engine.topology.preemptible_count(idc)
+    # the elastic loop's way (berth.service.elastic.carry): plain placement, type elastic
+    placed = penv.post(
+        "/v1/placements",
+        {
+            "flavor": body["flavor"],
+            "project": "elastic",
+            "cluster": body["cluster"],
+            "business_type": "elastic",
+        },
+    )
+    assert placed.status_code == 201, placed.text
+    iid = placed.json()["instances"][0]["id"]
+    penv.replica.sync()
+    assert cluster.meta[iid].business.value == "elastic"  # not taken for on-demand
+    assert cluster.is_preemptible(cluster.table.allocations[iid])
+    assert engine.topology.preemptible_count(idc) == before

@@ -8,7 +8,13 @@ import pytest
 from berth.elastic.commands import CommandKind, CommandState
 from berth.elastic.model import BatchSystem, GroupSpec, QueueSelector, VmState
 from berth.service.demo import load_fleet_into
-from berth.store.elastic_rows import CommandStateError, ElasticLimits, HookRun, VmStateError
+from berth.store.elastic_rows import (
+    BackoffRow,
+    CommandStateError,
+    ElasticLimits,
+    HookRun,
+    VmStateError,
+)
 from berth.store.errors import AlreadyExistsError, InUseError, InvalidReferenceError, NotFoundError
 from berth.store.repo import Store
 from tests.store.fleets import NOW, small_fleet
@@ -240,3 +246,25 @@ def test_scoped_tokens_name_their_vm_or_group(store: Store) -> None:
         store.create_token("x", "vm")
     with pytest.raises(InvalidReferenceError):
         store.create_token("x", "reader", vm="juno-1")
+
+
+def test_backoff_history_and_demand_samples_are_kept(store: Store) -> None:
+    rows = [
+        BackoffRow("group", "juno", T0, None, 2, T0 + 5),
+        BackoffRow("cluster", "c1", failures=1, last_failure=T0 + 5),
+    ]
+    store.save_elastic_backoff(rows)
+    assert store.elastic_backoff() == sorted(rows, key=lambda r: (r.kind, r.name))
+    store.save_elastic_backoff(rows[:1])  # replaces: the cluster's history was reset
+    assert store.elastic_backoff() == rows[:1]
+    with pytest.raises(InvalidReferenceError) as exc:
+        store.save_elastic_backoff([BackoffRow("region", "r1")])
+    assert exc.value.field == "kind"
+    assert store.elastic_backoff() == rows[:1]  # a refused save changes nothing
+    for i in range(5):
+        store.record_demand(T0 + 60 * i, 4.0 * i)
+    assert store.demand_samples(T0 + 120) == [(T0 + 120, 8.0), (T0 + 180, 12.0), (T0 + 240, 16.0)]
+    store.record_demand(T0 + 300, 2.0, keep_since=T0 + 200)
+    assert store.demand_samples() == [(T0 + 240, 16.0), (T0 + 300, 2.0)]
+    with pytest.raises(InvalidReferenceError):
+        store.record_demand(T0, -1.0)

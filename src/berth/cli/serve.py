@@ -12,8 +12,18 @@ from berth.cli.names import PROFILES
 from berth.cli.service_options import DEFAULT_DATA_DIR, DataDirOpt, DbOpt, db_url, fail, out
 
 if TYPE_CHECKING:  # the service and store load only when `serve` runs (a fast `berth --help`)
+    from collections.abc import Callable
+
+    from fastapi import FastAPI
+
     from berth.core.config import SchedulerConfig
     from berth.policy.model import Policy
+    from berth.service.clouds.service import CloudService
+    from berth.service.config import ServiceConfig
+    from berth.service.elastic.loop import ElasticLoop
+    from berth.service.elastic.metrics import ElasticMetrics
+    from berth.service.elastic.settings import ElasticSettings
+    from berth.service.replica import Replica
     from berth.store.repo import Store
 
 MAX_PORT = 65535
@@ -55,6 +65,10 @@ def serve(
         Path | None,
         typer.Option("--policy", help="Multi-cloud policy file (YAML): enables POST /v1/schedule."),
     ] = None,
+    elastic_file: Annotated[
+        Path | None,
+        typer.Option("--elastic", help="Run the elastic pools' control loop (YAML config)."),
+    ] = None,
     load_demo: Annotated[
         bool, typer.Option("--load-demo", help="Load the demo topology if the database is empty.")
     ] = False,
@@ -89,22 +103,17 @@ def serve(
 
     import uvicorn
 
-    from berth.service.app import create_app
     from berth.service.config import ServiceConfig
     from berth.service.demo import load_demo as _load_demo
 
+    elastic = None if elastic_file is None else _load_elastic(elastic_file)  # before any file
     url = db_url(db, data_dir)
-    from berth.core.config import profile
-
-    scheduler = profile(profile_name) if config is None else _read_config(config)
-    if host_subset_size != 1:
-        scheduler = scheduler.model_copy(update={"host_subset_size": host_subset_size})
+    scheduler = _scheduler(profile_name, config, host_subset_size)
     rid = replica_id or f"{socket.gethostname()}:{port}"
     store = _open_store(url, rid)
     policy = None if policy_file is None else _load_policy(policy_file, store)
     if load_demo and store.is_empty():
-        counts = _load_demo(store)
-        out.print(f"loaded the demo topology: {counts}")
+        out.print(f"loaded the demo topology: {_load_demo(store)}")
     cfg = ServiceConfig(
         db_url=url,
         replica_id=rid,
@@ -116,7 +125,8 @@ def serve(
         max_body_bytes=max_body_bytes,
         max_clock_skew=max_clock_skew,
     )
-    app = create_app(cfg, store=store, simulate_heartbeats=simulate_agents)
+    loop = None if elastic is None else _elastic_factory(elastic, _url(host, port))
+    app = _app(cfg, store, simulate_agents, loop, elastic_file)
     _announce(store, rid, host, port, data_dir if print_admin_token else None)
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
 
@@ -148,6 +158,56 @@ def _load_policy(path: Path, store: Store) -> Policy:
     if added:
         out.print(f"recorded {added} flavors of the policy's catalogue")
     return policy
+
+
+def _scheduler(profile_name: str, config: Path | None, host_subset_size: int) -> SchedulerConfig:
+    from berth.core.config import profile
+
+    scheduler = profile(profile_name) if config is None else _read_config(config)
+    if host_subset_size != 1:
+        scheduler = scheduler.model_copy(update={"host_subset_size": host_subset_size})
+    return scheduler
+
+
+def _url(host: str, port: int) -> str:
+    shown = "localhost" if host in ("0.0.0.0", "127.0.0.1") else host
+    return f"http://{shown}:{port}"
+
+
+def _app(
+    cfg: ServiceConfig,
+    store: Store,
+    simulate_agents: bool,
+    loop: Callable[[Replica, ElasticMetrics, CloudService], ElasticLoop] | None,
+    elastic_file: Path | None,
+) -> FastAPI:
+    from berth.service.app import create_app
+    from berth.service.elastic.settings import ElasticConfigError
+
+    try:
+        return create_app(cfg, store=store, simulate_heartbeats=simulate_agents, elastic_loop=loop)
+    except ElasticConfigError as exc:  # the elastic file names a cloud that cannot be driven
+        fail(f"{elastic_file}: {exc}")
+
+
+def _load_elastic(path: Path) -> ElasticSettings:
+    from berth.service.elastic.settings import ElasticConfigError, load_elastic_settings
+
+    try:
+        return load_elastic_settings(path)
+    except ElasticConfigError as exc:
+        fail(str(exc))
+
+
+def _elastic_factory(
+    settings: ElasticSettings, agent_url: str
+) -> Callable[[Replica, ElasticMetrics, CloudService], ElasticLoop]:
+    from berth.service.elastic.build import build_loop
+
+    def make(replica: Replica, metrics: ElasticMetrics, clouds: CloudService) -> ElasticLoop:
+        return build_loop(settings, replica, metrics, clouds, agent_url)
+
+    return make
 
 
 def _ensure_port_free(host: str, port: int) -> None:

@@ -61,6 +61,8 @@ class SimulatedCloud:
         self._hosts = {h.name: h for h in fleet.hosts}
         self._flavors = {f.name: f for f in fleet.flavors}
         self._groups = list(fleet.server_groups)
+        self._aggregates = list(fleet.aggregates)  # the hosts name them: the inventory keeps them
+        self._pci_aliases = list(fleet.pci_aliases)
         self._power = dict.fromkeys(self._hosts, HostPower.ON)
         self._boot_seconds = boot_seconds
         self._clock = clock
@@ -110,6 +112,8 @@ class SimulatedCloud:
                 if s.host is not None and s.state is not ServerState.ERROR
             ]
             return Fleet(
+                aggregates=self._aggregates,
+                pci_aliases=self._pci_aliases,
                 hosts=hosts,
                 flavors=list(self._flavors.values()),
                 server_groups=self._groups,

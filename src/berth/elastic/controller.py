@@ -97,7 +97,7 @@ def _reaps_and_retires(t: VmTable, m: Masks, state: ControlState) -> list[Action
 
 
 def _pool(t: VmTable, m: Masks, state: ControlState, config: ControllerConfig) -> Pool:
-    gone = m.failed | m.lost | m.retire | m.force
+    gone = m.failed | m.lost  # reaped: deleted now; a retiring VM is deleted only later
     held = (t.state == _REQ) | (t.state == _BOOT) | (t.state == _JOIN) | (t.state == _DRAIN)
     held &= ~gone
     cpv = np.array([0] + [g.cores_per_vm for g in state.groups], dtype=np.int64)
@@ -187,7 +187,10 @@ def _asks(
         want = int(max(c.need[g], c.min_deficit[g]))
         cap = min(want, int(c.headroom[g]))
         if want > cap:
-            notes[g].append(Note(Code.AT_MAX, f"at its quota (max_vms {spec.max_vms})", want - cap))
+            text = f"at its quota (max_vms {spec.max_vms})"
+            if c.held_draining[g]:
+                text += f", counting its {int(c.held_draining[g])} draining VMs"
+            notes[g].append(Note(Code.AT_MAX, text, want - cap))
         hist = state.history.get(spec.name)
         until = group_back[g]
         if cap > 0 and until is not None:

@@ -80,6 +80,7 @@ class Counts:
     active: I64  # pending + serving VMs
     pending: I64
     draining: I64  # draining and not retired this cycle
+    held_draining: I64  # draining VMs the cloud still holds (retiring ones too: deleted later)
     free_slots: I64
     idle: I64
     need: I64  # VMs demand asks for
@@ -117,13 +118,18 @@ def group_counts(t: VmTable, m: Masks, state: ControlState) -> Counts:
     free_slots = free_joined + pending * spv
     need = -(-np.maximum(idle - free_slots, 0) // spv)
     cores = active * cpv
-    room_vms = np.minimum(hi - active, (hi_cores - cores) // cpv)
+    # A draining VM still holds its room until its server is deleted (a retire waits for the
+    # agent's shutdown), so it counts against the quota: a group at its maximum starts no
+    # replacement while its old VMs drain. The excess to drain counts only active VMs.
+    held = count((t.state == _DRAIN) & ~m.lost) + count(m.leave)
+    room_vms = np.minimum(hi - active - held, (hi_cores - (active + held) * cpv) // cpv)
     over_cores = -(-np.maximum(cores - hi_cores, 0) // cpv)
     draining = count((t.state == _DRAIN) & ~m.lost & ~m.retire & ~m.force) + count(m.leave)
     return Counts(
         active=active,
         pending=pending,
         draining=draining,
+        held_draining=held,
         free_slots=free_slots,
         idle=idle,
         need=need,

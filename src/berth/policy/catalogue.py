@@ -15,7 +15,15 @@ from berth.core.errors import SpecError
 from berth.core.flavors import parse_flavor
 from berth.core.model import Flavor
 from berth.policy.errors import MultiCloudInputError
-from berth.policy.model import BaseFlavor, Business, Family, FamilyRule, Policy, Variant
+from berth.policy.model import (
+    EVICTABLE,
+    BaseFlavor,
+    Business,
+    Family,
+    FamilyRule,
+    Policy,
+    Variant,
+)
 
 
 @dataclass(frozen=True)
@@ -114,7 +122,7 @@ class Catalogue:
         family are skipped.
         """
         self.base(base)
-        rule = self.policy.business[business]
+        rule = self.policy.business.get(business) or self.policy.business[Business.PREEMPTIBLE]
         order = list(rule.variants)
         may_preempt = rule.may_preempt
         source = f"business type {business.value}"
@@ -126,7 +134,7 @@ class Catalogue:
             pool = match.pool
             if match.may_preempt is not None:
                 may_preempt = match.may_preempt
-        if business == Business.PREEMPTIBLE:
+        if business in EVICTABLE:
             may_preempt = False  # never, whatever a rule says (the model refuses it too)
         items = []
         for variant in order:

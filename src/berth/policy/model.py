@@ -46,6 +46,15 @@ class Business(StrEnum):
     ON_DEMAND = "on-demand"
     AUTO_SCALING = "auto-scaling"
     PREEMPTIBLE = "preemptible"
+    ELASTIC = "elastic"
+    """The elastic pools' batch-worker VMs (docs/elastic.md): evictable like preemptible ones,
+    but drained first by their loop, and outside the preemptible limits (their own quotas bound
+    them). Its rule is optional: without one, elastic requests take the preemptible rule's."""
+
+
+EVICTABLE = frozenset({Business.PREEMPTIBLE, Business.ELASTIC})
+"""Business types whose instances on-demand requests may evict, and which never evict."""
+OPTIONAL_RULES = frozenset({Business.ELASTIC})
 
 
 class Family(StrEnum):
@@ -203,7 +212,7 @@ class Policy(_Strict):
         for i, var in enumerate(self.variants):
             if var.pool is not None and var.pool not in pools:
                 raise ValueError(f"variants[{i}].pool: unknown pool {var.pool!r}")
-        missing = [b.value for b in Business if b not in self.business]
+        missing = [b.value for b in Business if b not in self.business and b not in OPTIONAL_RULES]
         if missing:
             raise ValueError(f"business: missing rule for {missing[0]!r}")
         for btype, rule in self.business.items():
@@ -212,16 +221,19 @@ class Policy(_Strict):
                     raise ValueError(
                         f"business.{btype.value}.variants[{j}]: unknown variant {name!r}"
                     )
-        if self.business[Business.PREEMPTIBLE].may_preempt:
-            raise ValueError("business.preemptible.may_preempt: preemptible requests never evict")
+        for btype in EVICTABLE:
+            if btype in self.business and self.business[btype].may_preempt:
+                raise ValueError(
+                    f"business.{btype.value}.may_preempt: {btype.value} requests never evict"
+                )
         for i, urule in enumerate(self.users):
             for j, name in enumerate(urule.variants or []):
                 if name not in variants:
                     raise ValueError(f"users[{i}].variants[{j}]: unknown variant {name!r}")
             if urule.pool is not None and urule.pool not in pools:
                 raise ValueError(f"users[{i}].pool: unknown pool {urule.pool!r}")
-            if urule.may_preempt and urule.business == Business.PREEMPTIBLE:
-                raise ValueError(f"users[{i}].may_preempt: preemptible requests never evict")
+            if urule.may_preempt and urule.business in EVICTABLE:
+                raise ValueError(f"users[{i}].may_preempt: {urule.business} requests never evict")
         return self
 
 

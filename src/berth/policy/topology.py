@@ -22,6 +22,7 @@ from berth.core.table import Allocation, HostTable
 from berth.policy.catalogue import Catalogue
 from berth.policy.errors import MultiCloudInputError
 from berth.policy.model import (
+    EVICTABLE,
     Business,
     ClusterSpec,
     DeploymentScope,
@@ -61,7 +62,8 @@ class Cluster:
     networks: dict[str, int]
     enabled: bool = True
     meta: dict[str, InstanceMeta] = field(default_factory=dict)
-    preemptible_by_host: dict[str, set[str]] = field(default_factory=dict)
+    preemptible_by_host: dict[str, set[str]] = field(default_factory=dict)  # evictable ones
+    elastic_count: int = 0  # of which elastic (outside the preemptible limit)
     _pools: dict[tuple[str, ...], tuple[int, Mask]] = field(default_factory=dict, repr=False)
 
     def pool_mask(self, traits: tuple[str, ...]) -> Mask:
@@ -79,20 +81,28 @@ class Cluster:
         return mask
 
     def is_preemptible(self, alloc: Allocation) -> bool:
+        """May an on-demand request evict it (preemptible and elastic instances)?"""
         meta = self.meta.get(alloc.instance_id)
-        return meta is not None and meta.business == Business.PREEMPTIBLE
+        return meta is not None and meta.business in EVICTABLE
 
     def created_at(self, alloc: Allocation) -> float:
         meta = self.meta.get(alloc.instance_id)
         return meta.created_at if meta is not None else 0.0
 
     def note(self, instance_id: str, host: str, meta: InstanceMeta) -> None:
+        old = self.meta.get(instance_id)
+        if old is not None and old.business == Business.ELASTIC:
+            self.elastic_count -= 1
         self.meta[instance_id] = meta
-        if meta.business == Business.PREEMPTIBLE:
+        if meta.business in EVICTABLE:
             self.preemptible_by_host.setdefault(host, set()).add(instance_id)
+        if meta.business == Business.ELASTIC:
+            self.elastic_count += 1
 
     def forget(self, instance_id: str, host: str) -> InstanceMeta | None:
         meta = self.meta.pop(instance_id, None)
+        if meta is not None and meta.business == Business.ELASTIC:
+            self.elastic_count -= 1
         ids = self.preemptible_by_host.get(host)
         if ids is not None:
             ids.discard(instance_id)
@@ -258,8 +268,10 @@ class Topology:
         return (self.clusters[c] for c in self.idcs[idc].clusters)
 
     def preemptible_count(self, idc: str) -> int:
+        """Preemptible instances in the IDC (what its limit counts; elastic ones are not)."""
         return sum(
-            len(ids) for c in self.clusters_of(idc) for ids in c.preemptible_by_host.values()
+            sum(len(ids) for ids in c.preemptible_by_host.values()) - c.elastic_count
+            for c in self.clusters_of(idc)
         )
 
     def racks_of_set(self, name: str, idc: str) -> set[str]:

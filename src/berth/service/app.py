@@ -78,7 +78,7 @@ def create_app(
     clock: Callable[[], float] = time.time,
     background: bool = True,
     simulate_heartbeats: bool = False,
-    elastic_loop: Callable[[Replica, ElasticMetrics], ElasticLoop] | None = None,
+    elastic_loop: Callable[[Replica, ElasticMetrics, CloudService], ElasticLoop] | None = None,
     drivers: DriverFactory = make_driver,
 ) -> FastAPI:
     jit.prepare()  # the first placement does not wait for the engine's compiled kernels
@@ -91,9 +91,9 @@ def create_app(
     defrag_service = DefragService(replica, metrics.registry)
     defrag_driver = DefragThread(defrag_service, config.poll_interval * 2)
     elastic_metrics = ElasticMetrics(metrics.registry, store)
-    loop = None if elastic_loop is None else elastic_loop(replica, elastic_metrics)
     clouds = CloudService(replica, defrag_service, drivers, background=background)
     clouds.start()
+    loop = None if elastic_loop is None else elastic_loop(replica, elastic_metrics, clouds)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

@@ -17,7 +17,7 @@ from typing import Any
 from berth.core.config import profile
 from berth.core.engine import FilterScheduler
 from berth.policy.capacity import CapacityCounter
-from berth.policy.model import Business, DeploymentScope, Policy
+from berth.policy.model import EVICTABLE, Business, DeploymentScope, Policy
 from berth.policy.pipeline import PolicyEngine
 from berth.policy.topology import Cluster, DeploymentSet, Idc, InstanceMeta, Topology
 from berth.service.replica import Replica
@@ -272,7 +272,7 @@ def load_topology_into(store: Store, policy: Policy, spec: Any, now: float | Non
                             project=inst.project,
                             server_group=inst.deployment_set,
                             business_type=inst.business.value,
-                            preemptible=inst.business == Business.PREEMPTIBLE,
+                            preemptible=inst.business in EVICTABLE,
                             migratable=inst.migratable,
                             created_at=inst.created_at + shift,
                         )

@@ -224,3 +224,16 @@ def hook_record(r: Any) -> HookRun:
         next_retry=r.next_retry,
         id=int(r.id),
     )
+
+
+@dataclass(frozen=True)
+class BackoffRow:
+    """One group's or cluster's remembered history (`kind` group or cluster): the hysteresis
+    clock (groups only) and the consecutive failed boots with the last one's time."""
+
+    kind: str
+    name: str
+    last_start: float | None = None
+    last_drain: float | None = None
+    failures: int = 0
+    last_failure: float | None = None

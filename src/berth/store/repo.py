@@ -16,6 +16,7 @@
     elastic_vms.ElasticVms            elastic VMs, their state machine, history, heartbeats
     elastic_commands.ElasticCommands  the control-command log of each VM
     elastic_hooks.ElasticHooks        join/leave hook runs, host power
+    elastic_memory.ElasticMemory      the control loop's backoff history, demand samples
     clouds.Clouds       clusters driven through a cloud driver, the servers Berth boots
 
 Why inheritance rather than a facade that forwards each call: the resource classes share no state
@@ -37,6 +38,7 @@ from berth.store.db import make_engine, upgrade
 from berth.store.elastic_commands import ElasticCommands
 from berth.store.elastic_groups import ElasticGroups
 from berth.store.elastic_hooks import ElasticHooks
+from berth.store.elastic_memory import ElasticMemory
 from berth.store.elastic_vms import ElasticVms
 from berth.store.groups import Groups
 from berth.store.hosts import Hosts
@@ -105,6 +107,7 @@ RESOURCES = (
     ElasticVms,
     ElasticCommands,
     ElasticHooks,
+    ElasticMemory,
     Clouds,
 )
 
@@ -123,6 +126,7 @@ class Store(
     ElasticVms,
     ElasticCommands,
     ElasticHooks,
+    ElasticMemory,
     Clouds,
 ):
     """All database access. Thread-safe: each call runs its own transaction."""

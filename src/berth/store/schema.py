@@ -420,6 +420,31 @@ host_power = Table(
     Column("changed_by", String(NAME), nullable=False),
 )
 
+# What the elastic control loop must remember across restarts (docs/elastic.md, "control
+# loop"): each group's and cluster's backoff and hysteresis history, and the demand samples the
+# tidal power forecast reads.
+elastic_backoff = Table(
+    "elastic_backoff",
+    metadata,
+    Column("kind", String(16), nullable=False),  # group or cluster
+    Column("name", String(NAME), nullable=False),
+    Column("last_start", Double, nullable=True),
+    Column("last_drain", Double, nullable=True),
+    Column("failures", Integer, nullable=False, server_default="0"),
+    Column("last_failure", Double, nullable=True),
+    PrimaryKeyConstraint("kind", "name"),
+)
+
+elastic_demand = Table(
+    "elastic_demand",
+    metadata,
+    Column("id", Serial, primary_key=True, autoincrement=True),
+    Column("at", Double, nullable=False),
+    Column("cores", Double, nullable=False),  # cores wanted: held by VMs plus one per idle job
+    Index("ix_elastic_demand_at", "at"),
+    sqlite_autoincrement=True,
+)
+
 # Clusters Berth drives through a cloud driver (docs/openstack.md, "How Berth drives a
 # cluster"): the driver's kind and connection config (endpoints and a credential reference, never
 # a secret), the change feed's cursor, and one row per server Berth boots or adopts. A row is

@@ -37,6 +37,12 @@ from berth.store.repo import InstanceRow, ServerRecord
 
 log = logging.getLogger("berth.service.clouds")
 
+ELASTIC = "elastic"
+ELASTIC_SERVER = "berth_vm"
+"""The elastic pools' VMs (business type `elastic`; their servers carry `berth_vm` in their
+metadata) belong to the elastic loop (`berth.service.elastic`), which boots them under the VM's
+name and reconciles them itself: the repairs here leave them alone."""
+
 GONE = ("deleted", "failed")
 """Record states whose server is not (or no longer) Berth's."""
 
@@ -83,6 +89,8 @@ class Repair:
     # ------------------------------------------------------------------ one change
     def server(self, cluster: str, driver: CloudDriver, s: Server, out: Repairs) -> None:
         """The server `s` is as it says (created, changed state or host)."""
+        if ELASTIC_SERVER in s.metadata:
+            return  # an elastic pool's VM: its loop keeps its claim and its server
         record = self.store.server_by_cloud_id(cluster, s.id) or self.store.find_server(s.name)
         iid = record.instance_id if record is not None else s.name
         if record is not None and record.server_id == s.id and record.state == "deleted":
@@ -176,6 +184,8 @@ class Repair:
         for inst in self.store.list_instances(cluster=cluster, limit=10_000_000):
             if is_migration(inst.id) or inst.id in present or self.booter.inflight(inst.id):
                 continue
+            if inst.business_type == ELASTIC:
+                continue  # booted by the elastic loop under its VM's name; it reconciles it
             record = records.get(inst.id)
             if record is None or record.state == "intent":
                 age = now - (inst.created_at if record is None else record.updated_at)

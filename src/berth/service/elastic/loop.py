@@ -28,11 +28,21 @@ from berth.elastic.actions import Decision, Drain, Reap, Retire, Start
 from berth.elastic.commands import COMMAND_OPEN, CommandKind
 from berth.elastic.controller import decide
 from berth.elastic.history import advance_history
-from berth.elastic.model import TERMINAL, GroupDemand, QueueSnapshot, VmState, WorkerStatus
+from berth.elastic.model import (
+    TERMINAL,
+    GroupDemand,
+    GroupSpec,
+    QueueSnapshot,
+    VmState,
+    WorkerStatus,
+)
 from berth.elastic.state import ControllerConfig, ControlState, FailureHistory, GroupHistory
+from berth.elastic.tidal import TidalConfig
 from berth.service.elastic import carry
 from berth.service.elastic.hooks import HookRunner
+from berth.service.elastic.memory import load_history, save_history
 from berth.service.elastic.metrics import ElasticMetrics
+from berth.service.elastic.power import Applied, PowerManager
 from berth.service.replica import Replica
 from berth.store.elastic_rows import ElasticGroupRow, VmRow, VmStateError
 
@@ -49,11 +59,12 @@ class Watcher(Protocol):
 @dataclass
 class LoopConfig:
     controller: ControllerConfig = field(default_factory=ControllerConfig)
-    interval: float = 5.0  # seconds between cycles
+    interval: float = 60.0  # seconds between cycles (the replayed day's cycle)
     agent_url: str = "http://127.0.0.1:8080"  # where VMs' agents reach the service
     project: str = "elastic"  # the project elastic VMs are placed and booted under
     shutdown_grace: float = 30.0  # a retiring VM is deleted this long after `shutdown`
     drain_settle: float = 10.0  # a drained VM is retired this long after its `leave` was done
+    tidal: TidalConfig | None = None  # tidal power management of the driven clusters' hosts
 
 
 class ElasticLoop:
@@ -76,9 +87,17 @@ class ElasticLoop:
         self.hooks = hooks or HookRunner(self.store, clock=clock)
         self.metrics = metrics
         self.clock = clock
-        self.history: dict[str, GroupHistory] = {}
-        self.cluster_history: dict[str, FailureHistory] = {}
+        # the backoff and hysteresis history, kept in the store across restarts
+        self.history: dict[str, GroupHistory]
+        self.cluster_history: dict[str, FailureHistory]
+        self.history, self.cluster_history = load_history(self.store)
         self.last: Decision | None = None
+        self.power = (
+            None
+            if self.config.tidal is None
+            else PowerManager(replica, self.drivers, self.config.tidal, clock)
+        )
+        self.powered: list[Applied] = []  # the last cycle's power transitions
         self.reconciled = False
         self._cycle_lock = threading.Lock()
         self._stop = threading.Event()
@@ -139,8 +158,12 @@ class ElasticLoop:
             state = self._state(queue, groups, vms)
             decision = decide(state, self.config.controller)
             self._carry_out(decision, groups, vms)
-            self.history, self.cluster_history = advance_history(state, decision)
+            history, clusters = advance_history(state, decision)
+            if (history, clusters) != (self.history, self.cluster_history):
+                save_history(self.store, history, clusters)
+            self.history, self.cluster_history = history, clusters
             self._observe(decision, vms, state.now)
+            self._tidal([g.spec for g in groups.values()], queue)
             self.last = decision
             return decision
 
@@ -254,6 +277,21 @@ class ElasticLoop:
                 continue
             if m is not None:
                 m.actions.labels(type(action).__name__.lower()).inc()
+
+    def _tidal(self, specs: list[GroupSpec], queue: QueueSnapshot) -> None:
+        """Power hosts on ahead of demand and empty ones off (`berth.service.elastic.power`)."""
+        if self.power is None:
+            return
+        try:
+            self.powered = self.power.step(specs, queue)
+        except Exception:  # the pool goes on without power management this cycle
+            log.exception("tidal power management failed")
+            self.powered = []
+            return
+        if self.metrics is not None:
+            for a in self.powered:
+                if a.done:
+                    self.metrics.power.labels("on" if a.on else "off").inc()
 
     def _observe(self, decision: Decision, vms: Mapping[str, VmRow], now: float) -> None:
         m = self.metrics

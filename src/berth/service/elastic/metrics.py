@@ -8,6 +8,7 @@
 * `berth_elastic_idle_vm_hours_total{group}` — hours joined VMs spent running no job.
 * `berth_elastic_actions_total{action}` — actions carried out (start, drain, retire, reap).
 * `berth_hosts_powered_off` — hosts Berth powered off (tidal management), at scrape time.
+* `berth_elastic_power_transitions_total{power}` — hosts tidal management powered on or off.
 """
 
 from __future__ import annotations
@@ -72,4 +73,10 @@ class ElasticMetrics:
         )
         self.actions = Counter(
             "berth_elastic_actions", "Actions carried out", ["action"], registry=registry
+        )
+        self.power = Counter(
+            "berth_elastic_power_transitions",
+            "Hosts tidal management powered on or off",
+            ["power"],
+            registry=registry,
         )

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from berth.policy.model import Business
+from berth.policy.model import EVICTABLE, Business
 from berth.policy.outcome import Failure, Placement, ScheduleRequest
 from berth.policy.pipeline import PolicyEngine
 from berth.service.placing.commit import commit_with_retries
@@ -113,7 +113,7 @@ class MultiCloudDecider:
                 project=request.project,
                 server_group=_set_id(request.deployment_set),
                 business_type=request.business.value,
-                preemptible=request.business == Business.PREEMPTIBLE,
+                preemptible=request.business in EVICTABLE,
                 network=placement.network,
             )
             for sel in placement.decision.selections

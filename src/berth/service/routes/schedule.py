@@ -25,6 +25,7 @@ from berth.service.metrics import Metrics
 from berth.service.placing.errors import ContentionError
 from berth.service.placing.multicloud import PolicyFailureError, Scheduled
 from berth.service.placing.multicloud import schedule as policy_schedule
+from berth.service.placing.plain import is_preemptible
 from berth.service.policy_topology import policy_engine
 from berth.service.replica import Replica
 from berth.store.errors import IdempotencyRaceError
@@ -64,7 +65,7 @@ def _schedule_out(
                 deployment_set=req.deployment_set,
                 placement_id=done.placement_id,
                 business_type=req.business,
-                preemptible=req.business == "preemptible",
+                preemptible=is_preemptible(req.business),
                 cells=cells(fp := to_named(sel.cell_use, sel.host_use, table.device_types)),
                 host_use=fp["host"],
                 created_at=now,
