@@ -302,6 +302,7 @@ def defrag_page(request: Request, p: Viewer) -> Response:
         clusters=clusters,
         draining=sorted(replica.draining),
         flavors=sorted(replica.flavors),
+        default_flavor=_largest(replica),
     )
 
 
