@@ -76,7 +76,12 @@ def open_page(browser: Any, site: Site, who: str) -> Any:
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     page = context.new_page()
     page.set_default_timeout(TIMEOUT_MS)
-    page.on("console", lambda m: m.type == "error" and site.errors.append(f"{page.url}: {m.text}"))
+
+    def console(message: Any) -> None:
+        if message.type == "error":
+            site.errors.append(f"{page.url}: {message.text}")
+
+    page.on("console", console)
     page.on("pageerror", lambda e: site.errors.append(f"{page.url}: {e}"))
     page.goto(site.server.url + "/dashboard/")
     assert "/dashboard/login" in page.url

@@ -69,10 +69,10 @@ def test_a_bad_token_is_refused_at_login(env: Env, token: str, words: str):
 
 
 def test_an_agent_token_cannot_use_the_dashboard(env: Env):
-    _, secret = env.store.create_token("ag", "agent", hosts=["dpdk-az1-000"])
+    _, secret = env.store.create_token("ag", "agent", hosts=("dpdk-az1-000",))
     resp = env.client.post("/dashboard/login", data={"token": secret}, follow_redirects=False)
     assert resp.status_code == 401
-    assert "a agent token cannot use the dashboard" in resp.text
+    assert "agent tokens cannot use the dashboard" in resp.text
 
 
 def test_login_keeps_the_token_in_a_strict_httponly_cookie(env: Env):

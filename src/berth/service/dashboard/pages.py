@@ -74,12 +74,8 @@ async def login(request: Request) -> Response:
     form = parse_qs((await request.body()).decode("utf-8", "replace"))
     token = (form.get("token") or [""])[0].strip()
     target = _safe_next((form.get("next") or ["/dashboard/"])[0])
-    request.scope["headers"] = [
-        *[(k, v) for k, v in request.scope["headers"] if k != b"authorization"],
-        (b"authorization", f"Bearer {token}".encode("latin-1", "replace")),
-    ]
     try:
-        await session.viewer(Request(request.scope))
+        await session.check(request.app.state.auth, f"Bearer {token}")
     except session.LoginRequiredError as exc:
         return page(request, None, "login.html", "login", 401, next=target, error=exc.message)
     out = RedirectResponse(target, status_code=303)

@@ -44,10 +44,15 @@ def header_of(request: Request) -> str | None:
 
 async def viewer(request: Request) -> Principal:
     """The caller, or `LoginRequiredError`."""
-    auth: Authenticator = request.app.state.auth
     header = header_of(request)
     if header is None:
         raise LoginRequiredError("log in with a token")
+    return await check(request.app.state.auth, header)
+
+
+async def check(auth: Authenticator, header: str) -> Principal:
+    """The principal of an Authorization header if it may use the dashboard, else
+    `LoginRequiredError` with the reason."""
     try:
         found = auth.cached(header)
         if found is None:
@@ -55,7 +60,7 @@ async def viewer(request: Request) -> Principal:
     except ApiError as exc:
         raise LoginRequiredError(exc.message) from None
     if found.role not in ROLES:
-        raise LoginRequiredError(f"a {found.role} token cannot use the dashboard")
+        raise LoginRequiredError(f"{found.role} tokens cannot use the dashboard")
     return found
 
 
