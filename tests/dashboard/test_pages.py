@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from berth.core.fragmentation import fragmentation_rate
-from berth.service.dashboard import assets
+from berth.service.dashboard import assets, pages
 from tests.dashboard.conftest import login
 from tests.service.conftest import Env
 
@@ -244,3 +244,21 @@ def test_pages_say_how_to_install_missing_assets(env: Env, monkeypatch: pytest.M
     missing = client.get("/dashboard/vendor/chart.umd.min.js")
     assert missing.status_code == 404
     assert "npm ci" in missing.json()["error"]["message"]
+
+
+def test_a_fleet_of_many_pools_shows_clusters_and_pools_a_click_away(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(pages, "MAX_ROWS", 5)
+    client = login(env, "reader")
+    overview = client.get("/dashboard/").text
+    assert 'data-testid="pools-hidden">15 pools' in overview
+    assert 'data-node="pool:' not in overview
+    assert 'data-node="pool:' in client.get("/dashboard/?pools=true").text
+    heat = client.get("/dashboard/heatmap").text
+    assert 'href="/dashboard/clusters/az1">az1</a>' in heat
+    assert "az1/dpdk" not in heat
+    by_pool = env.get("/v1/capacity", params={"flavor": ["c3.large"], "by": "pool"}).json()
+    cluster = client.get("/dashboard/clusters/az1").text
+    n = by_pool["counts"]["az1/shared"]["c3.large"]
+    assert f'data-testid="cap-pool-az1/shared-c3.large" title="{n} more c3.large fit' in cluster

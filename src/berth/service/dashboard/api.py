@@ -44,7 +44,8 @@ def overview_data(
     replica = request.app.state.replica
     names = sorted(replica.flavors)
     flavors = fleet.default_flavors(names, family)
-    return {"flavors": flavors, "tree": fleet.overview(replica, flavors).to_dict()}
+    tree = request.app.state.dashboard_overview.get(replica, flavors)
+    return {"flavors": flavors, "tree": tree.to_dict()}
 
 
 @router.get("/api/stats")

@@ -10,6 +10,7 @@ down (no heartbeat within `service_down_time`), up.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,6 +171,30 @@ def overview(replica: Replica, flavors: list[str], now: float | None = None) -> 
         fleet.add(region)
         fleet.children.append(region)
     return fleet
+
+
+class OverviewCache:
+    """The last overview computed, reused while nothing it depends on moved: the flavors asked,
+    the event log (every claim, release, host state or drain is an event), the replica's
+    reloads, and a `ttl`-second slot of the clock (hosts go down by the clock, without an
+    event). Pages and their live refreshes then cost one computation per change, however many
+    browsers watch."""
+
+    def __init__(self, ttl: float = 2.0) -> None:
+        self.ttl = ttl
+        self._key: tuple[object, ...] | None = None
+        self._value: Node | None = None
+        self._lock = threading.Lock()
+
+    def get(self, replica: Replica, flavors: list[str]) -> Node:
+        now = replica.clock()
+        key = (tuple(flavors), replica.last_event, replica.reloads, int(now // self.ttl))
+        with self._lock:
+            if key == self._key and self._value is not None:
+                return self._value
+            value = overview(replica, flavors, now)
+            self._key, self._value = key, value
+            return value
 
 
 def default_flavors(names: list[str], family: str | None) -> list[str]:

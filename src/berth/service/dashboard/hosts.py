@@ -149,9 +149,12 @@ class Heatmap:
     fleet_value: float | None
 
 
-def heatmap(replica: Replica, metric: str, flavor: str | None) -> Heatmap:
+def heatmap(
+    replica: Replica, metric: str, flavor: str | None, *, by_cluster: bool = False
+) -> Heatmap:
     """`metric` "free": each host's share of free CPU (shared and pinned together);
-    "fragmentation": each eligible host's share of free CPU that `flavor` cannot use."""
+    "fragmentation": each eligible host's share of free CPU that `flavor` cannot use. One row
+    per cluster/pool, or per cluster (`by_cluster`, for fleets of many pools)."""
     rows: list[str] = []
     counts: list[list[int]] = []
     full: list[int] = []
@@ -164,7 +167,10 @@ def heatmap(replica: Replica, metric: str, flavor: str | None) -> Heatmap:
             share, has_free, keep, free, usable = _shares(view, metric, flavor)
             free_sum += free
             usable_sum += usable
-            names, codes = pool_codes(view)
+            if by_cluster:
+                names, codes = ["*"], np.zeros(len(view.table), dtype=np.int64)
+            else:
+                names, codes = pool_codes(view)
             bucket = np.minimum((share * BUCKETS).astype(np.int64), BUCKETS - 1)
             grid = np.zeros((len(names), BUCKETS), dtype=np.int64)
             ok = keep & has_free
@@ -172,7 +178,7 @@ def heatmap(replica: Replica, metric: str, flavor: str | None) -> Heatmap:
             empty = np.bincount(codes[keep & ~has_free], minlength=len(names))
             total += int(keep.sum())
             for i, pool in enumerate(names):
-                rows.append(f"{view.name}/{pool}")
+                rows.append(view.name if by_cluster else f"{view.name}/{pool}")
                 counts.append([int(x) for x in grid[i]])
                 full.append(int(empty[i]))
     if metric == "free":

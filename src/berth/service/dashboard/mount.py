@@ -6,7 +6,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from berth.service.dashboard import api, assets, pages, pools
+from berth.service.dashboard import api, assets, fleet, pages, pools
 from berth.service.dashboard.session import LoginRequiredError
 
 ROUTERS = (pages.router, pools.router, api.router)
@@ -15,6 +15,7 @@ ROUTERS = (pages.router, pools.router, api.router)
 def mount(app: FastAPI) -> None:
     """Serve the dashboard under /dashboard on the service's own port."""
     app.mount("/dashboard/static", StaticFiles(directory=assets.STATIC_DIR), name="dashboard")
+    app.state.dashboard_overview = fleet.OverviewCache()
     for router in ROUTERS:
         app.include_router(router)
 

@@ -27,6 +27,9 @@ from berth.store.repo import Store
 router = APIRouter(prefix="/dashboard", include_in_schema=False)
 templates = Jinja2Templates(directory=assets.TEMPLATES_DIR)
 
+MAX_ROWS = 60
+"""Above this many pools, the overview and heatmaps show clusters (pools are a click away)."""
+
 NAV = (
     ("overview", "Overview", "/dashboard/", session.can_read_fleet),
     ("heatmap", "Heatmap", "/dashboard/heatmap", session.can_read_fleet),
@@ -115,8 +118,13 @@ def _flavors(replica: Replica, family: str | None) -> tuple[list[str], list[str]
 
 @router.get("/")
 def overview(
-    request: Request, p: Viewer, family: Annotated[str | None, Query(max_length=64)] = None
+    request: Request,
+    p: Viewer,
+    family: Annotated[str | None, Query(max_length=64)] = None,
+    all_pools: Annotated[bool, Query(alias="pools")] = False,
 ) -> Response:
+    """The fleet; pools are listed when there are at most MAX_ROWS (else on each cluster's
+    page, or with `?pools=true`)."""
     if p.role == "tenant":
         return RedirectResponse("/dashboard/placements", status_code=303)
     if p.role == "group-admin":
@@ -124,13 +132,16 @@ def overview(
     _, replica = _state(request)
     flavors, fams = _flavors(replica, family)
     t0 = time.perf_counter()
-    tree = fleet.overview(replica, flavors)
+    tree = request.app.state.dashboard_overview.get(replica, flavors)
+    pools = sum(len(c.children) for r in tree.children for i in r.children for c in i.children)
     return page(
         request,
         p,
         "overview.html",
         "overview",
         tree=tree,
+        show_pools=pools <= MAX_ROWS or all_pools,
+        pools=pools,
         flavors=flavors,
         families=fams,
         family=family or "",
@@ -158,6 +169,8 @@ def cluster_page(
     if found is None:
         return refused(request, p, ApiError(404, "not_found", f"no active cluster {name!r}"))
     pools = sorted({r.name for r in replica.pools() if r.cluster == name})
+    tree = request.app.state.dashboard_overview.get(replica, flavors)
+    summary = [c for r in tree.children for i in r.children for c in i.children if c.name == name]
     return page(
         request,
         p,
@@ -165,6 +178,7 @@ def cluster_page(
         "overview",
         cluster=found,
         pools=pools,
+        summary=summary[0] if summary else None,
         flavors=flavors,
         families=fams,
         family=family or "",
@@ -201,8 +215,9 @@ def heatmap_page(
     if flavor not in replica.flavors:
         flavor = _largest(replica)
     t0 = time.perf_counter()
-    free = hosts.heatmap(replica, "free", None)
-    frag = hosts.heatmap(replica, "fragmentation", flavor)
+    by_cluster = len(replica.pools()) > MAX_ROWS
+    free = hosts.heatmap(replica, "free", None, by_cluster=by_cluster)
+    frag = hosts.heatmap(replica, "fragmentation", flavor, by_cluster=by_cluster)
     return page(
         request,
         p,
