@@ -186,6 +186,15 @@ PAGES = {
 
 def test_every_page_renders_cleanly(browser: Any, site: Site):
     """Every page loads with no console error (and, with the flag, is photographed)."""
+    group = {
+        "flavor": "c3.large",
+        "cores_per_vm": 2,
+        "slots_per_vm": 2,
+        "queue": {"system": "htcondor", "accounting_group": "group_juno"},
+        "min_vms": 1,
+        "max_vms": 20,
+    }
+    assert site.api("PUT", "/v1/elastic/groups/juno", json=group).status_code == 200
     page = open_page(browser, site, "admin")
     shots = Path(SHOTS) if SHOTS else None
     for name, path in PAGES.items():

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 
 from berth.core.fragmentation import fragmentation_rate
 from berth.service.dashboard import assets, pages
@@ -73,6 +74,34 @@ def test_an_agent_token_cannot_use_the_dashboard(env: Env):
     resp = env.client.post("/dashboard/login", data={"token": secret}, follow_redirects=False)
     assert resp.status_code == 401
     assert "agent tokens cannot use the dashboard" in resp.text
+
+
+def test_a_group_admin_sees_its_elastic_group_and_no_placements(env: Env):
+    juno = {
+        "flavor": "c3.large",
+        "cores_per_vm": 2,
+        "slots_per_vm": 2,
+        "queue": {"system": "htcondor", "accounting_group": "group_juno"},
+        "max_vms": 3,
+    }
+    for name in ("juno", "bes"):
+        resp = env.client.put(f"/v1/elastic/groups/{name}", json=juno, headers=env.h("admin"))
+        assert resp.status_code == 200, resp.text
+    _, secret = env.store.create_token("ga", "group-admin", elastic_group="juno")
+    client = TestClient(env.app)
+    client.post("/dashboard/login", data={"token": secret})
+    assert client.get("/dashboard/", follow_redirects=False).headers["location"] == (
+        "/dashboard/elastic"
+    )
+    page = client.get("/dashboard/elastic")
+    assert page.status_code == 200
+    assert "<td>juno</td>" in page.text
+    assert "<td>bes</td>" not in page.text
+    assert "<td>bes</td>" in login(env, "reader").get("/dashboard/elastic").text
+    assert client.get("/dashboard/placements").status_code == 403
+    assert client.get("/dashboard/instances").status_code == 403
+    assert client.get("/dashboard/api/stream", params={"seconds": 0}).status_code == 403
+    assert client.get("/dashboard/api/overview").status_code == 403
 
 
 def test_login_keeps_the_token_in_a_strict_httponly_cookie(env: Env):

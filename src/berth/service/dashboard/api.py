@@ -65,6 +65,8 @@ async def decisions(
     seconds: Annotated[float, Query(ge=0, le=3600)] = 300.0,
 ) -> StreamingResponse:
     """Server-sent events: decisions (a tenant's own project's only) and fleet changes."""
+    if p.role == "group-admin":
+        raise ApiError(403, "forbidden", "a group-admin token can only use its elastic group")
     store = request.app.state.store
     project = p.visible_project()
     start = stream.parse_cursor(request.headers.get("last-event-id")) or stream.parse_cursor(after)

@@ -165,6 +165,7 @@ const berth = {
       berth.charts[canvasId] = new window.Chart(canvas, {
         type, data: { labels, datasets },
         options: { animation: false, responsive: true, maintainAspectRatio: false,
+          scales: type === "line" ? { y: { min: 0, max: 100 } } : { y: { beginAtZero: true, ticks: { precision: 0 } } },
           plugins: { legend: { display: datasets.length > 1 || type === "line" } } },
       });
       return;
