@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,9 +44,11 @@ class Site:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    """One `berth serve` (demo topology, simulated heartbeats) and a token per role."""
+def site(demo_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    """One `berth serve` on a copy of the session's demo database (simulated heartbeats bring
+    its hosts up) and a token per role."""
     where = tmp_path_factory.mktemp("browser")
+    shutil.copy(demo_db, where / "berth.db")
     url = f"sqlite:///{where / 'berth.db'}"
     store = Store.open(url)
     tokens = {
@@ -53,10 +57,19 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         "beta": store.create_token("beta", "tenant", "project-2")[1],
     }
     store.close()
-    server = start(url, "dashboard", where, "--load-demo", "--simulate-agents")
+    server = start(url, "dashboard", where, "--simulate-agents")
     try:
         wait_ready([server])
-        yield Site(server, tokens)
+        site = Site(server, tokens)
+        deadline = time.monotonic() + 30
+        while not any(
+            site.api("GET", "/v1/capacity", params={"by": "fleet"})
+            .json()["counts"]["fleet"]
+            .values()
+        ):
+            assert time.monotonic() < deadline, "no host came up"
+            time.sleep(0.2)
+        yield site
     finally:
         server.stop()
 
@@ -69,6 +82,13 @@ def browser() -> Iterator[Any]:
         b = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox"])
         yield b
         b.close()
+
+
+def fleet_capacity(site: Site) -> dict[str, int]:
+    counts: dict[str, dict[str, int]] = site.api(
+        "GET", "/v1/capacity", params={"by": "fleet"}
+    ).json()["counts"]
+    return counts.get("fleet", {})
 
 
 def open_page(browser: Any, site: Site, who: str) -> Any:

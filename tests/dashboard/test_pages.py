@@ -247,6 +247,10 @@ def test_defrag_actions_need_the_header_and_a_writing_role(env: Env):
     assert started["state"] in ("running", "done")
     page = op.get(f"/dashboard/defrag/{plan['id']}").text
     assert f'data-testid="state-{plan["id"]}"' in page
+    before = plan["before"]["capacity"]["c3.8xlarge.numa1"]
+    after = plan["after"]["capacity"]["c3.8xlarge.numa1"]
+    assert f'<th>capacity c3.8xlarge.numa1</th><td class="num">{before}</td>' in page
+    assert f'<td class="num">{after}</td>' in page
     assert op.post(f"{url}/cancel", headers=hdr).status_code in (200, 409)
 
 

@@ -56,9 +56,24 @@ def page(
         "install_hint": assets.INSTALL_HINT,
         "can_change": p is not None and session.can_change_fleet(p),
         "now": time.time(),
+        "before_after": before_after,
         **data,
     }
     return templates.TemplateResponse(request, name, context, status_code=status)
+
+
+def before_after(plan: Any) -> list[tuple[str, Any, Any]]:
+    """A plan's planned figures as (label, before, after) rows, per-flavor maps flattened
+    ("capacity c3.4xlarge.numa1", 67, 75)."""
+    rows: list[tuple[str, Any, Any]] = []
+    after = plan.after or {}
+    for key, value in (plan.before or {}).items():
+        if isinstance(value, dict):
+            later = after.get(key) or {}
+            rows += [(f"{key} {k}", v, later.get(k)) for k, v in value.items()]
+        else:
+            rows.append((key, value, after.get(key)))
+    return rows
 
 
 def refused(request: Request, p: Principal, exc: ApiError) -> HTMLResponse:
