@@ -281,7 +281,8 @@ def write(path: Path, r: dict[str, Any], args: argparse.Namespace) -> None:
         "poll's mean wait. What a page sends does not grow with the hosts: over 60 pools the "
         "overview and the heatmaps have one row per cluster (a cluster's page has its pools), "
         "a cluster's hosts come 50 to a page; the overview is computed once per change of the "
-        "event log and reused (the first render above pays for it, the median does not).",
+        "event log (or 5 s of the clock) and reused: the first render pays for the capacity "
+        "count, a render within the same 5 s does not.",
         "",
     ]
     path.write_text("\n".join(lines))

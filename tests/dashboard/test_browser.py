@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright import sync_api
 
 from berth.store.repo import Store
 from tests.service.servers import Server, start, wait_ready
@@ -28,8 +29,6 @@ pytestmark = pytest.mark.slow
 CHROMIUM = Path("/usr/bin/chromium")
 SHOTS = os.environ.get("BERTH_DASHBOARD_SCREENSHOTS")
 TIMEOUT_MS = 15_000
-
-sync_api = pytest.importorskip("playwright.sync_api")
 
 
 @dataclass

@@ -180,7 +180,7 @@ class OverviewCache:
     event). Pages and their live refreshes then cost one computation per change, however many
     browsers watch."""
 
-    def __init__(self, ttl: float = 2.0) -> None:
+    def __init__(self, ttl: float = 5.0) -> None:
         self.ttl = ttl
         self._key: tuple[object, ...] | None = None
         self._value: Node | None = None
