@@ -121,6 +121,20 @@ def test_login_and_overview_numbers_equal_the_api(browser: Any, site: Site):
             assert int(cell.inner_text()) == api[pool][flavor], (pool, flavor)
             checked += 1
     assert checked == 9
+    # a placement moves the figures on the open page (the stream's `change` event)
+    page.wait_for_function("document.getElementById('live').classList.contains('on')")
+    page.evaluate("window.__sameDocument = true")
+    body = {"flavor": "c3.2xlarge", "cluster": "az1", "pool": "shared"}
+    assert site.api("POST", "/v1/placements", json=body).status_code == 201
+    now = site.api("GET", "/v1/capacity", params={"by": "pool"}).json()["counts"]
+    want = str(now["az1/shared"]["c3.2xlarge"])
+    assert want != str(api["az1/shared"]["c3.2xlarge"])
+    page.wait_for_function(
+        "want => document.querySelector(`[data-testid='cap-pool-az1/shared-c3.2xlarge']`)"
+        ".textContent.trim() === want",
+        arg=want,
+    )
+    assert page.evaluate("window.__sameDocument") is True
     assert site.errors == []
     page.context.close()
 
