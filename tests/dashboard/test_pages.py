@@ -295,3 +295,35 @@ def test_a_fleet_of_many_pools_shows_clusters_and_pools_a_click_away(
     cluster = client.get("/dashboard/clusters/az1").text
     n = by_pool["counts"]["az1/shared"]["c3.large"]
     assert f'data-testid="cap-pool-az1/shared-c3.large" title="{n} more c3.large fit' in cluster
+
+
+def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    return [node, *(n for child in node["children"] for n in _nodes(child))]
+
+
+def test_host_states_are_exclusive_and_every_level_sums_its_children(env: Env):
+    dpdk_hosts = sorted(
+        h["name"]
+        for h in env.get("/v1/hosts", params={"cluster": "az1"}).json()
+        if h["pool"] == "dpdk"
+    )
+    drained, disabled = dpdk_hosts[1], dpdk_hosts[2]
+    assert env.client.put(f"/v1/hosts/{drained}/drain", headers=env.h("admin")).status_code == 200
+    assert env.post(f"/v1/hosts/{disabled}/disable").status_code == 200
+    client = login(env, "reader")
+    tree = client.get("/dashboard/api/overview").json()["tree"]
+    for node in _nodes(tree):
+        assert sum(node["states"].values()) == node["hosts"], node["key"]
+        if node["children"]:
+            kids = node["children"]
+            assert node["hosts"] == sum(k["hosts"] for k in kids)
+            for what in ("capacity", "usage", "states"):
+                for key, value in node[what].items():
+                    assert value == sum(k[what][key] for k in kids), (node["key"], what, key)
+    dpdk = next(n for n in _nodes(tree) if n["key"] == "az1/dpdk")
+    assert dpdk["states"]["draining"] == 1
+    assert dpdk["states"]["disabled"] >= 1
+    assert 'data-testid="host-state">draining' in client.get(f"/dashboard/hosts/{drained}").text
+    assert 'data-testid="host-state">disabled' in client.get(f"/dashboard/hosts/{disabled}").text
+    env.client.delete(f"/v1/hosts/{drained}/drain", headers=env.h("admin"))
+    env.post(f"/v1/hosts/{disabled}/enable")
