@@ -2,7 +2,7 @@
 `berth serve` process on the demo topology.
 
 Chromium comes from `scripts/ensure-chromium.sh` (`make test` runs it); Playwright's own browser
-download is never used. With BERTH_DASHBOARD_SCREENSHOTS=DIR, `test_every_page_renders_cleanly`
+download is never used. With BERTH_DASHBOARD_SCREENSHOTS=DIR, `check_every_page_renders_cleanly`
 saves one PNG per page there (docs/dashboard/ holds the committed ones).
 """
 
@@ -110,7 +110,7 @@ def open_page(browser: Any, site: Site, who: str) -> Any:
     return page
 
 
-def test_login_and_overview_numbers_equal_the_api(browser: Any, site: Site):
+def check_login_and_overview_numbers_equal_the_api(browser: Any, site: Site):
     page = open_page(browser, site, "admin")
     assert page.get_by_test_id("whoami").inner_text().startswith("admin · admin")
     api = site.api("GET", "/v1/capacity", params={"by": "pool"}).json()["counts"]
@@ -139,7 +139,7 @@ def test_login_and_overview_numbers_equal_the_api(browser: Any, site: Site):
     page.context.close()
 
 
-def test_placements_stream_live_with_failure_explanations(browser: Any, site: Site):
+def check_placements_stream_live_with_failure_explanations(browser: Any, site: Site):
     page = open_page(browser, site, "admin")
     page.goto(site.server.url + "/dashboard/placements")
     page.wait_for_function("document.getElementById('live').classList.contains('on')")
@@ -160,7 +160,7 @@ def test_placements_stream_live_with_failure_explanations(browser: Any, site: Si
     page.context.close()
 
 
-def test_a_tenant_cannot_see_another_projects_instances(browser: Any, site: Site):
+def check_a_tenant_cannot_see_another_projects_instances(browser: Any, site: Site):
     theirs = site.api("POST", "/v1/placements", "beta", json={"flavor": "c3.large"}).json()
     mine = site.api("POST", "/v1/placements", "alpha", json={"flavor": "c3.large"}).json()
     page = open_page(browser, site, "alpha")
@@ -179,7 +179,7 @@ def test_a_tenant_cannot_see_another_projects_instances(browser: Any, site: Site
     page.context.close()
 
 
-def test_a_defrag_plan_starts_and_shows_its_progress(browser: Any, site: Site):
+def check_a_defrag_plan_starts_and_shows_its_progress(browser: Any, site: Site):
     body = {
         "cluster": "az1",
         "target": {"objective": "capacity", "flavors": ["c3.4xlarge.numa1"]},
@@ -217,7 +217,7 @@ PAGES = {
 }
 
 
-def test_every_page_renders_cleanly(browser: Any, site: Site):
+def check_every_page_renders_cleanly(browser: Any, site: Site):
     """Every page loads with no console error (and, with the flag, is photographed)."""
     group = {
         "flavor": "c3.large",
@@ -240,3 +240,19 @@ def test_every_page_renders_cleanly(browser: Any, site: Site):
             page.screenshot(path=str(shots / f"{name}.png"), full_page=False)
     assert site.errors == []
     page.context.close()
+
+
+CHECKS = (
+    check_login_and_overview_numbers_equal_the_api,
+    check_placements_stream_live_with_failure_explanations,
+    check_a_tenant_cannot_see_another_projects_instances,
+    check_a_defrag_plan_starts_and_shows_its_progress,
+    check_every_page_renders_cleanly,
+)
+
+
+def test_the_dashboard_in_chromium(browser: Any, site: Site):
+    """Every check on one server and one browser: as separate tests, pytest-xdist would hand
+    them to different workers, each starting a server and a browser of its own."""
+    for check in CHECKS:
+        check(browser, site)
