@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint typecheck unit quick postgres nova openstack batch bench clean
+.PHONY: run test lint typecheck unit quick postgres nova openstack batch chromium bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,9 +20,16 @@ $(DEV_STAMP): $(RUN_STAMP)
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(DEV_STAMP)
 
+# The dashboard's browser assets (Chart.js from npm, pinned by package-lock.json), which
+# `berth serve` serves from node_modules (docs/dashboard.md).
+NPM_STAMP := node_modules/.installed
+$(NPM_STAMP): package.json package-lock.json
+	scripts/ensure-dashboard-assets.sh
+	touch $(NPM_STAMP)
+
 # The service on SQLite (out/berth/berth.db, the data dir every `berth` command defaults to) with
 # the demo topology; prints its URL and the admin token kept in out/berth/admin-token.
-run: $(RUN_STAMP)
+run: $(RUN_STAMP) $(NPM_STAMP)
 	$(BIN)/berth serve --load-demo --simulate-agents --print-admin-token
 
 # The real clouds the slow tests need start in the background while lint, typecheck and the
@@ -46,11 +53,11 @@ typecheck: $(DEV_STAMP)
 TEST_WORKERS ?= auto
 PYTEST := $(BIN)/pytest -q -n $(TEST_WORKERS) --maxschedchunk 1
 
-unit: $(DEV_STAMP) postgres batch nova
+unit: $(DEV_STAMP) $(NPM_STAMP) postgres batch nova chromium
 	$(PYTEST)
 
 # The quick loop while developing: every test but the slow end-to-end ones (`make test` runs all).
-quick: $(DEV_STAMP) postgres
+quick: $(DEV_STAMP) $(NPM_STAMP) postgres
 	$(PYTEST) -m "not slow"
 
 # The store and service tests need PostgreSQL: use a running server, else start or install one.
@@ -75,8 +82,12 @@ batch:
 	scripts/ensure-slurm.sh install
 	scripts/ensure-htcondor.sh install
 
+# The dashboard's browser tests (tests/dashboard/test_browser.py) drive Debian's Chromium.
+chromium:
+	scripts/ensure-chromium.sh
+
 bench: $(RUN_STAMP)
 	$(BIN)/python benchmarks/bench_core.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) node_modules build *.egg-info src/*.egg-info .mypy_cache .pytest_cache .ruff_cache

@@ -26,7 +26,7 @@ def test_db_and_admin_commands(tmp_path: Path):
     data = str(tmp_path / "d")
     result = runner.invoke(app, ["db", "upgrade", "--data-dir", data])
     assert result.exit_code == 0, result.output
-    assert "revision 0007" in result.output
+    assert "revision 0009" in result.output
     result = runner.invoke(app, ["db", "load-demo", "--data-dir", data])
     assert result.exit_code == 0, result.output
     assert "'hosts': 270" in result.output
@@ -52,6 +52,7 @@ def test_serve_and_the_api_client(tmp_path: Path):
         wait_ready([server])
         log = server.log.read_text()
         assert "URL: http://localhost:" in log
+        assert f"dashboard: http://localhost:{server.url.rsplit(':', 1)[1]}/dashboard/" in log
         token = next(line.split()[-1] for line in log.splitlines() if "admin token" in line)
         common = ["--url", server.url, "--token", token]
         placed = berth("api", "place", "--flavor", "c3.4xlarge.numa1", "-n", "2", "--json", *common)

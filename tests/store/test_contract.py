@@ -52,7 +52,7 @@ def loaded(store: Store, n: int = 4) -> None:
 
 def test_migrations_match_the_schema_and_are_idempotent(store):
     upgrade(store.engine)
-    assert current_revision(store.engine) == "0008"
+    assert current_revision(store.engine) == "0009"
     with store.engine.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), metadata) == []
 

@@ -253,6 +253,7 @@ def _announce(store: Store, replica_id: str, host: str, port: int, token_dir: Pa
     where = store.engine.url.render_as_string(hide_password=True)
     out.print(f"Berth replica {replica_id} on {where}")
     out.print(f"URL: http://{shown}:{port}   (API docs: http://{shown}:{port}/docs)")
+    out.print(f"dashboard: http://{shown}:{port}/dashboard/   (log in with a token)")
     if token_dir is not None:
         secret = _admin_token(store, token_dir)
         out.print(f"admin token: {secret}", soft_wrap=True, highlight=False)

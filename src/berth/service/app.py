@@ -23,6 +23,7 @@ from berth.service.auth import Authenticator
 from berth.service.clouds.registry import DriverFactory, make_driver
 from berth.service.clouds.service import CloudService
 from berth.service.config import ServiceConfig
+from berth.service.dashboard.mount import mount as mount_dashboard
 from berth.service.defrag import DefragService, DefragThread
 from berth.service.elastic.loop import ElasticLoop
 from berth.service.elastic.metrics import ElasticMetrics
@@ -122,6 +123,7 @@ def create_app(
         redoc_url=None,
     )
     docs.mount_assets(app)
+    mount_dashboard(app)  # /dashboard: docs/dashboard.md
     app.state.config = config
     app.state.replica = replica
     app.state.store = store

@@ -10,7 +10,7 @@ from sqlalchemy import Connection, func, insert, select
 
 from berth.store import schema as t
 from berth.store.db import Database
-from berth.store.records import Idempotent, Outcome
+from berth.store.records import Idempotent, Outcome, OutcomeRow
 
 _OUTCOME = insert(t.placement_outcomes)
 
@@ -77,6 +77,44 @@ class Outcomes(Database):
             d["success_rate"] = d["successes"] / d["requests"] if d["requests"] else None
         return [out[k] for k in sorted(out)]
 
+    def outcomes_after(
+        self, after: int, limit: int = 100, project: str | None = None
+    ) -> list[OutcomeRow]:
+        """Placement decisions with an id above `after`, oldest first (of `project` only if
+        given): the dashboard's decision stream tails them."""
+        c = t.placement_outcomes.c
+        q = select(t.placement_outcomes).where(c.id > after)
+        if project is not None:
+            q = q.where(c.project == project)
+        with self._read() as conn:
+            rows = conn.execute(q.order_by(c.id).limit(limit))
+            return [_outcome_row(r) for r in rows]
+
+    def recent_outcomes(self, limit: int = 50, project: str | None = None) -> list[OutcomeRow]:
+        """The newest `limit` placement decisions, oldest first (of `project` only if given)."""
+        c = t.placement_outcomes.c
+        q = select(t.placement_outcomes)
+        if project is not None:
+            q = q.where(c.project == project)
+        with self._read() as conn:
+            rows = list(conn.execute(q.order_by(c.id.desc()).limit(limit)))
+        return [_outcome_row(r) for r in reversed(rows)]
+
+
+def _outcome_row(r: Any) -> OutcomeRow:
+    return OutcomeRow(
+        int(r.id),
+        float(r.ts),
+        r.outcome,
+        r.reason,
+        r.flavor,
+        r.project,
+        int(r.num_instances),
+        float(r.latency_ms),
+        r.business_type,
+        r.detail,
+    )
+
 
 def record_outcome_in(conn: Connection, o: Outcome, now: float) -> None:
     conn.execute(_OUTCOME, outcome_values(o, now))
@@ -103,4 +141,6 @@ def outcome_values(o: Outcome, now: float) -> dict[str, Any]:
         "project": o.project,
         "num_instances": o.num_instances,
         "latency_ms": o.latency_ms,
+        "business_type": o.business_type,
+        "detail": o.detail,
     }

@@ -62,7 +62,7 @@ _IDEMPOTENCY = (
 )
 _OUTCOME = (
     "INSERT INTO placement_outcomes (ts, day, outcome, reason, flavor, project, num_instances, "
-    "latency_ms) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+    "latency_ms, business_type, detail) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
 )
 # payload "last id:replica", as `Database._append` sends
 _IDS_AND_NOTIFY = (
@@ -260,6 +260,8 @@ def _writes(w: ClaimWrites) -> tuple[list[str], list[Any], str]:
             o["project"],
             o["num_instances"],
             o["latency_ms"],
+            o["business_type"],
+            o["detail"],
         ]
     if not w.events:
         return parts, params, " SELECT NULL"

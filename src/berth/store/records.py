@@ -205,6 +205,26 @@ class Outcome:
     project: str
     num_instances: int
     latency_ms: float
+    business_type: str | None = None
+    detail: str | None = None
+    """A success's chosen hosts ("cluster: host, host"), a failure's explanation ("0/N hosts
+    fit: ..."): what the dashboard's decision stream shows (docs/dashboard.md)."""
+
+
+@dataclass(frozen=True)
+class OutcomeRow:
+    """One recorded placement decision, as the decision stream reads it."""
+
+    id: int
+    ts: float
+    outcome: str
+    reason: str
+    flavor: str
+    project: str
+    num_instances: int
+    latency_ms: float
+    business_type: str | None
+    detail: str | None
 
 
 @dataclass(frozen=True)

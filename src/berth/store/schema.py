@@ -258,6 +258,8 @@ placement_outcomes = Table(
     Column("project", String(NAME), nullable=False),
     Column("num_instances", Integer, nullable=False),
     Column("latency_ms", Double, nullable=False),
+    Column("business_type", String(32), nullable=True),
+    Column("detail", Text, nullable=True),  # chosen hosts, or the failure's explanation
     Index("ix_placement_outcomes_day", "day"),
     sqlite_autoincrement=True,
 )

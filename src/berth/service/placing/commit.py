@@ -23,7 +23,7 @@ from berth.service.placing.decider import Attempt, Decider, Plan, R
 from berth.service.placing.errors import ContentionError
 from berth.service.replica import Replica
 from berth.store.errors import GenerationConflictError, PlanRejectedError, StoreError
-from berth.store.repo import Idempotent, Outcome
+from berth.store.repo import Idempotent, NewInstance, Outcome
 
 Q = TypeVar("Q")
 
@@ -76,6 +76,7 @@ def commit_with_retries(
                         plan.project,
                         plan.count,
                         (time.perf_counter() - started) * 1e3,
+                        *chosen(plan.instances),
                     ),
                 )
             except (GenerationConflictError, PlanRejectedError) as exc:
@@ -167,3 +168,15 @@ def _explained(replica: Replica, exc: StoreError, plan: Plan[Any], losses: int) 
         read = plan.group_generations.get(exc.name)
         return group is not None and read is not None and group.generation != read
     return losses < 2
+
+
+def chosen(instances: list[NewInstance]) -> tuple[str | None, str | None]:
+    """(business type, "cluster: host, host x2") of a placement's instances, for its outcome
+    row (the dashboard's decision stream shows where each placement went)."""
+    if not instances:
+        return None, None
+    counts: dict[str, int] = {}
+    for i in instances:
+        counts[i.host] = counts.get(i.host, 0) + 1
+    hosts = ", ".join(h if n == 1 else f"{h} x{n}" for h, n in counts.items())
+    return instances[0].business_type, f"{instances[0].cluster}: {hosts}"

@@ -118,8 +118,10 @@ def place(
     )
 
 
-def record_failure(replica: Replica, args: PlaceArgs, reason: str, started: float) -> None:
-    """Record a failed placement in the outcome log."""
+def record_failure(
+    replica: Replica, args: PlaceArgs, reason: str, started: float, message: str | None = None
+) -> None:
+    """Record a failed placement in the outcome log, with its explanation (`message`)."""
     replica.store.record_outcome(
         Outcome(
             "failure",
@@ -128,6 +130,8 @@ def record_failure(replica: Replica, args: PlaceArgs, reason: str, started: floa
             args.project,
             args.count,
             (time.perf_counter() - started) * 1e3,
+            args.business_type,
+            message,
         )
     )
 

@@ -216,19 +216,19 @@ def _place(
                 return won
             if not last_try and (replica.sync() or replica.last_event != seen):
                 continue
-            _failed(replica, metrics, args, exc.reason, started)
+            _failed(replica, metrics, args, exc.reason, started, str(exc))
             raise
-        except ContentionError:
+        except ContentionError as exc:
             if (won := committed_answer(store, idem)) is not None:
                 return won
-            _failed(replica, metrics, args, "contention", started)
+            _failed(replica, metrics, args, "contention", started, str(exc))
             raise
     answer = placed.response or _placement_out(replica, args, placed)
     if clouds.drives(placed.cluster):
         try:
             answer = _boot(clouds, args, placed, answer)
-        except BootFailedError:
-            _failed(replica, metrics, args, "boot_failed", started)
+        except BootFailedError as exc:
+            _failed(replica, metrics, args, "boot_failed", started, str(exc))
             raise
     metrics.placements.labels("success", "placed").inc()
     metrics.placement.observe(time.perf_counter() - started)
@@ -269,13 +269,18 @@ def _boot(
 
 
 def _failed(
-    replica: Replica, metrics: Metrics, args: PlaceArgs, reason: str, started: float
+    replica: Replica,
+    metrics: Metrics,
+    args: PlaceArgs,
+    reason: str,
+    started: float,
+    message: str,
 ) -> None:
-    """Count and record a failed placement."""
+    """Count and record a failed placement with its explanation."""
     metrics.placements.labels("failure", reason).inc()
     if reason != "contention":
         metrics.placement.observe(time.perf_counter() - started)
-    record_failure(replica, args, reason, started)
+    record_failure(replica, args, reason, started, message)
 
 
 @router.get("/placements/{placement_id}", response_model=s.PlacementOut)

@@ -185,7 +185,16 @@ def _refused(
     metrics.placements.labels("failure", f.code).inc()
     latency_ms = (time.perf_counter() - started) * 1e3
     replica.store.record_outcome(
-        Outcome("failure", f.code, body.flavor, project, body.count, latency_ms)
+        Outcome(
+            "failure",
+            f.code,
+            body.flavor,
+            project,
+            body.count,
+            latency_ms,
+            str(body.business),
+            f.message,
+        )
     )
     status, code = (409, "no_valid_host") if f.step in CAPACITY_STEPS else (422, f.code)
     raise ApiError(status, code, f.message, details=f.to_dict())
