@@ -1,0 +1,273 @@
+"""Why this host: each weigher's part of a placement's score, the weigher that decided, and ties.
+
+`select_destinations(..., why=WhyRecorder(...))` hands this module, per instance, the scores the
+engine computed and each weigher's raw values and extremes (`engine.Term`); nothing is weighed
+twice. For the winner and the next `top - 1` candidates (the engine's alternates, best first)
+each weigher's raw value, its normalised value and its contribution are redone per host with
+the engine's own float64 operations, so they fold back to the engine's score bit for bit
+(`fold`). Without a recorder the engine does none of this (docs/why.md).
+
+Definitions (docs/why.md):
+
+* normalised = (max(raw, minval) - lo) / (hi - lo) over all candidates of that instance (lo = the
+  smallest value, or `minval` for Nova's weighers; 0 when every candidate has the same value);
+  contribution = multiplier x normalised; score = the contributions added left to right in
+  configured order, weighers whose values are all equal left out (they add nothing).
+* tie: the hosts whose score is within `kernels.TIE` (1e-9) of the best are a tie; the engine
+  draws the winner among them with the request's seed.
+* decided by: with no tie, the weigher whose contribution differs most in the winner's favour
+  between the winner and the runner-up (the best-scoring other candidate): the largest
+  share of the margin; `needed` says whether without that weigher's two contributions the
+  runner-up would have scored at least as much.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from berth.core import kernels
+from berth.core.engine import Decision, FilterScheduler, Scored, Term
+from berth.core.request import RequestSpec
+from berth.core.table import HostTable
+
+TIE = kernels.TIE
+DEFAULT_TOP = 3
+"""Candidates shown per instance by default: the winner and the engine's two alternates."""
+
+DRAWS = {
+    "best": "the best score, no tie",
+    "tie": "a tie for the best score, drawn with the seed",
+    "subset": "drawn with the seed among the host_subset_size best",
+    "chance": "drawn uniformly with the seed (the chance scheduler weighs nothing)",
+    "only": "the only candidate",
+}
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How one weigher was scaled over an instance's candidates."""
+
+    weigher: str
+    multiplier: float
+    lo: float
+    hi: float
+    constant: bool
+    """Every candidate had the same value: the weigher added nothing."""
+    dtype: str = "float64"
+    """Of the raw values; the engine adds a float64 weigher's all-equal values as nothing and
+    other dtypes' as they are (zeros)."""
+
+
+@dataclass(frozen=True)
+class Part:
+    """One weigher's part of one candidate's score."""
+
+    weigher: str
+    raw: float
+    normalised: float
+    multiplier: float
+    contribution: float
+
+
+@dataclass(frozen=True)
+class Candidate:
+    host: str
+    score: float
+    """The score the engine computed (`fold` of the parts gives it back bit for bit)."""
+    parts: tuple[Part, ...]
+
+
+@dataclass(frozen=True)
+class InstanceWhy:
+    """Why one instance of a request went where it went."""
+
+    instance: int
+    instance_id: str
+    candidates: int
+    """Hosts that passed every filter."""
+    ranked: tuple[Candidate, ...]
+    """The winner first, then the best-scoring others in the engine's order."""
+    scales: tuple[Scale, ...]
+    draw: str
+    """A key of `DRAWS`."""
+    tied: int
+    """Hosts within `TIE` of the best score (1 when no tie)."""
+    seed: int
+    margin: float | None
+    """Winner's score minus the runner-up's (None without a runner-up)."""
+    decided_by: str | None
+    """With draw "best": the weigher with the largest share of the margin."""
+    needed: bool | None
+    """Whether the order flips (or ties) without `decided_by`'s contributions."""
+    deltas: dict[str, float] = field(default_factory=dict)
+    """Per weigher: its contribution to the winner minus to the runner-up."""
+
+    @property
+    def winner(self) -> Candidate:
+        return self.ranked[0]
+
+    def summary(self) -> str:
+        """One line: where, why, and how close."""
+        head = f"{self.instance_id} -> {self.winner.host} ({self.candidates} candidates)"
+        if self.draw == "best" and self.decided_by is not None and self.margin is not None:
+            runner = self.ranked[1].host
+            share = self.deltas[self.decided_by]
+            return (
+                f"{head}: beat {runner} by {self.margin:.6g}, decided by {self.decided_by} "
+                f"({share:+.6g}{'' if self.needed else ', not needed alone'})"
+            )
+        if self.draw == "tie":
+            return f"{head}: {self.tied}-way tie for the best score, drawn with seed {self.seed}"
+        return f"{head}: {DRAWS[self.draw]}"
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["summary"] = self.summary()
+        return out
+
+
+def fold(parts: Sequence[Part], scales: Sequence[Scale]) -> float:
+    """The engine's sum of a candidate's parts (`FilterScheduler._scores`): left to right,
+    leaving out the all-equal float64 weighers; a first term of another dtype is added to 0.0
+    unless it is the scheduler's only weigher."""
+    total: float | None = None
+    for part, scale in zip(parts, scales, strict=True):
+        exact = scale.dtype == "float64"
+        if exact and scale.constant:
+            continue
+        c = part.contribution
+        first = c if exact or len(scales) == 1 else 0.0 + c
+        total = first if total is None else total + c
+    return 0.0 if total is None else total
+
+
+class WhyRecorder:
+    """A `engine.WhyHook` that keeps one `InstanceWhy` per instance in `instances`."""
+
+    def __init__(self, scheduler: FilterScheduler, request: RequestSpec, top: int = DEFAULT_TOP):
+        if top < 2:
+            raise ValueError("top: show at least the winner and the runner-up (2)")
+        self.scheduler = scheduler
+        self.request = request
+        self.top = top
+        self.instances: list[InstanceWhy] = []
+
+    def __call__(self, scored: Scored) -> None:
+        self.instances.append(self._explain(scored))
+
+    def _explain(self, scored: Scored) -> InstanceWhy:
+        rows, scores = scored.rows, scored.scores
+        names = scored.ctx.table.names
+        ids = self.request.ids()
+        positions = self._ranked_positions(scored)
+        scales = tuple(
+            Scale(
+                t.weigher.name,
+                float(t.weight),
+                float(t.lo),
+                float(t.hi),
+                not bool(t.hi > t.lo),
+                str(t.raw.dtype),
+            )
+            for t in scored.terms
+        )
+        ranked = tuple(
+            Candidate(
+                names[int(rows[p])],
+                0.0 if scores is None else float(scores[p]),
+                tuple(_part(t, p) for t in scored.terms),
+            )
+            for p in positions
+        )
+        base: dict[str, Any] = {
+            "instance": scored.step + 1,
+            "instance_id": ids[scored.step],
+            "candidates": int(rows.size),
+            "ranked": ranked,
+            "scales": scales,
+            "seed": self.request.seed,
+        }
+        if scores is None:
+            return InstanceWhy(**base, draw="chance", tied=int(rows.size), **_no_margin())
+        if len(ranked) == 1:
+            return InstanceWhy(**base, draw="only", tied=1, **_no_margin())
+        win, run = ranked[0], ranked[1]
+        best = max(win.score, run.score)
+        tied = 1
+        if run.score >= best - TIE:  # the runner-up is the best of the others: count them all
+            tied = int(np.count_nonzero(scores >= best - TIE))
+        margin = win.score - run.score
+        deltas = {
+            a.weigher: a.contribution - b.contribution
+            for a, b in zip(win.parts, run.parts, strict=True)
+        }
+        if self.scheduler.host_subset_size > 1:
+            draw = "subset"
+        elif tied > 1:
+            draw = "tie"
+        else:
+            draw = "best"
+        decided_by = needed = None
+        if draw == "best" and deltas:
+            decided_by = max(deltas, key=lambda k: deltas[k])  # first of equals: config order
+            needed = margin - deltas[decided_by] <= TIE
+        return InstanceWhy(
+            **base,
+            draw=draw,
+            tied=tied,
+            margin=margin,
+            decided_by=decided_by,
+            needed=needed,
+            deltas=deltas,
+        )
+
+    def _ranked_positions(self, scored: Scored) -> list[int]:
+        """Positions (in `scored.rows`) of the winner and the next best: the engine's
+        alternates when they are enough, else ranked from the scores (stable, as the engine)."""
+        rows = scored.rows
+        chosen = int(np.searchsorted(rows, scored.chosen))
+        want = min(self.top, int(rows.size))
+        found = [chosen] + [int(np.searchsorted(rows, a)) for a in scored.alternates]
+        if len(found) >= want or scored.scores is None:
+            return found[:want]
+        scores = scored.scores
+        k = min(want + 1, int(rows.size))
+        top = np.argpartition(-scores, k - 1)[:k] if k < rows.size else np.arange(rows.size)
+        order = top[np.argsort(-scores[top], kind="stable")]
+        return [chosen, *[int(p) for p in order if p != chosen][: want - 1]]
+
+
+def _no_margin() -> dict[str, Any]:
+    return {"margin": None, "decided_by": None, "needed": None}
+
+
+def _part(t: Term, p: int) -> Part:
+    """Weigher `t`'s part at candidate position `p`, in the engine's arithmetic."""
+    raw = float(t.raw[p])
+    if t.term is not None:  # another dtype: the engine's own term array
+        contribution = t.term[p]
+        span = t.hi - t.lo
+        normalised = float((t.values[p] - t.lo) / span) if span > 0 else 0.0
+        return Part(t.weigher.name, raw, normalised, t.weight, float(contribution))
+    if not t.hi > t.lo:
+        return Part(t.weigher.name, raw, 0.0, t.weight, 0.0)
+    scaled = (np.float64(t.values[p]) - np.float64(t.lo)) / (np.float64(t.hi) - np.float64(t.lo))
+    contribution = scaled if t.weight == 1.0 else scaled * t.weight
+    return Part(t.weigher.name, raw, float(scaled), t.weight, float(contribution))
+
+
+def explain_placement(
+    scheduler: FilterScheduler,
+    table: HostTable,
+    request: RequestSpec,
+    now: float,
+    top: int = DEFAULT_TOP,
+) -> tuple[Decision, list[InstanceWhy]]:
+    """`select_destinations` and why, instance by instance (raises `NoValidHost` as it does)."""
+    recorder = WhyRecorder(scheduler, request, top)
+    decision = scheduler.select_destinations(table, request, now, why=recorder)
+    return decision, recorder.instances
