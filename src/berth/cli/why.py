@@ -32,7 +32,7 @@ EXIT_BAD_INPUT = 2
 
 
 def _num(x: float) -> str:
-    return f"{x:.6g}"
+    return f"{x + 0.0:.6g}"  # + 0.0: no "-0" for a negative zero
 
 
 def print_why(console: Console, whys: list[InstanceWhy]) -> None:
@@ -41,8 +41,15 @@ def print_why(console: Console, whys: list[InstanceWhy]) -> None:
     for why in whys:
         varying = [i for i, s in enumerate(why.scales) if not s.constant]
         grid = Table(title=why.summary(), title_justify="left")
-        for col in ("rank", "host", "weigher", "raw", "normalised", "x multiplier", "= part"):
-            grid.add_column(col, justify="left" if col in ("host", "weigher") else "right")
+        width = max([len(s.weigher) for s in why.scales] + [len("weigher")])
+        for col in ("rank", "host", "weigher", "raw", "norm", "x mult", "= part"):
+            left = col in ("host", "weigher")
+            grid.add_column(
+                col,
+                justify="left" if left else "right",
+                no_wrap=left,
+                min_width=width if left else None,
+            )
         for rank, cand in enumerate(why.ranked, start=1):
             for n, i in enumerate(varying):
                 p = cand.parts[i]
@@ -73,18 +80,14 @@ def print_why_not(console: Console, answer: WhyNot) -> None:
     console.print(answer.headline(), highlight=False, soft_wrap=True)
     if not answer.options:
         return
-    grid = Table(title="Ways out, cheapest first", title_justify="left")
-    for col in ("rank", "way", "price", "what", "checked"):
-        grid.add_column(col, justify="right" if col in ("rank", "price") else "left")
+    console.print("Ways out, least disruptive first (each applied to a copy and checked):")
     for rank, opt in enumerate(answer.options, start=1):
-        grid.add_row(
-            str(rank),
-            opt.kind,
-            f"{opt.price:g} {opt.unit}",
-            opt.summary,
-            f"fits on {opt.check_host}" if opt.fits else "no",
+        console.print(
+            f"  {rank}. {opt.kind} ({opt.price:g} {opt.unit}): {opt.summary}; "
+            f"then fits on {opt.check_host}",
+            highlight=False,
+            soft_wrap=True,
         )
-    print_table(console, grid)
     for note in answer.notes:
         console.print(f"  {note}", highlight=False, soft_wrap=True)
 
