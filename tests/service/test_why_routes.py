@@ -3,11 +3,13 @@ docs/why-not.md)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from berth.core.why import Part, Scale, fold
 from tests.service.conftest import Env
 
 
-def _fold(instance: dict) -> None:
+def _fold(instance: dict[str, Any]) -> None:
     scales = [Scale(**s) for s in instance["scales"]]
     for cand in instance["ranked"]:
         parts = [Part(**p) for p in cand["parts"]]
