@@ -24,10 +24,11 @@ Definitions (docs/why.md):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 
 from berth.core import kernels
 from berth.core.engine import Decision, FilterScheduler, Scored, Term
@@ -47,8 +48,7 @@ DRAWS = {
 }
 
 
-@dataclass(frozen=True)
-class Scale:
+class Scale(NamedTuple):
     """How one weigher was scaled over an instance's candidates."""
 
     weigher: str
@@ -62,8 +62,7 @@ class Scale:
     other dtypes' as they are (zeros)."""
 
 
-@dataclass(frozen=True)
-class Part:
+class Part(NamedTuple):
     """One weigher's part of one candidate's score."""
 
     weigher: str
@@ -73,8 +72,7 @@ class Part:
     contribution: float
 
 
-@dataclass(frozen=True)
-class Candidate:
+class Candidate(NamedTuple):
     host: str
     score: float
     """The score the engine computed (`fold` of the parts gives it back bit for bit)."""
@@ -125,7 +123,13 @@ class InstanceWhy:
         return f"{head}: {DRAWS[self.draw]}"
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["ranked"] = [
+            {"host": c.host, "score": c.score, "parts": [p._asdict() for p in c.parts]}
+            for c in self.ranked
+        ]
+        out["scales"] = [s._asdict() for s in self.scales]
+        out["deltas"] = dict(self.deltas)
         out["summary"] = self.summary()
         return out
 
@@ -162,30 +166,19 @@ class WhyRecorder:
     def _explain(self, scored: Scored) -> InstanceWhy:
         rows, scores = scored.rows, scored.scores
         names = scored.ctx.table.names
-        ids = self.request.ids()
         positions = self._ranked_positions(scored)
-        scales = tuple(
-            Scale(
-                t.weigher.name,
-                float(t.weight),
-                float(t.lo),
-                float(t.hi),
-                not bool(t.hi > t.lo),
-                str(t.raw.dtype),
-            )
-            for t in scored.terms
-        )
+        at = np.array(positions, dtype=np.int64)
+        scales = tuple(_scale(t) for t in scored.terms)
+        columns = [_parts(t, at) for t in scored.terms]  # per weigher, per candidate
+        shown = rows[at].tolist()
+        score_of = [0.0] * len(positions) if scores is None else scores[at].tolist()
         ranked = tuple(
-            Candidate(
-                names[int(rows[p])],
-                0.0 if scores is None else float(scores[p]),
-                tuple(_part(t, p) for t in scored.terms),
-            )
-            for p in positions
+            Candidate(names[row], score_of[i], tuple(col[i] for col in columns))
+            for i, row in enumerate(shown)
         )
         base: dict[str, Any] = {
             "instance": scored.step + 1,
-            "instance_id": ids[scored.step],
+            "instance_id": self.request.ids()[scored.step],
             "candidates": int(rows.size),
             "ranked": ranked,
             "scales": scales,
@@ -229,9 +222,9 @@ class WhyRecorder:
         """Positions (in `scored.rows`) of the winner and the next best: the engine's
         alternates when they are enough, else ranked from the scores (stable, as the engine)."""
         rows = scored.rows
-        chosen = int(np.searchsorted(rows, scored.chosen))
         want = min(self.top, int(rows.size))
-        found = [chosen] + [int(np.searchsorted(rows, a)) for a in scored.alternates]
+        found: list[int] = rows.searchsorted((scored.chosen, *scored.alternates)).tolist()
+        chosen = found[0]
         if len(found) >= want or scored.scores is None:
             return found[:want]
         scores = scored.scores
@@ -245,19 +238,36 @@ def _no_margin() -> dict[str, Any]:
     return {"margin": None, "decided_by": None, "needed": None}
 
 
-def _part(t: Term, p: int) -> Part:
-    """Weigher `t`'s part at candidate position `p`, in the engine's arithmetic."""
-    raw = float(t.raw[p])
+def _scale(t: Term) -> Scale:
+    dtype = "float64" if t.term is None else t.raw.dtype.name
+    lo, hi = float(t.lo), float(t.hi)
+    return Scale(t.weigher.name, float(t.weight), lo, hi, not hi > lo, dtype)
+
+
+def _parts(t: Term, at: npt.NDArray[np.int64]) -> list[Part]:
+    """Weigher `t`'s parts at candidate positions `at`, in the engine's arithmetic: Python
+    floats are IEEE doubles, so ``(v - lo) / (hi - lo) * weight`` gives the engine's bits."""
+    name, weight = t.weigher.name, float(t.weight)
+    raws: list[float] = t.raw[at].tolist()
     if t.term is not None:  # another dtype: the engine's own term array
-        contribution = t.term[p]
-        span = t.hi - t.lo
-        normalised = float((t.values[p] - t.lo) / span) if span > 0 else 0.0
-        return Part(t.weigher.name, raw, normalised, t.weight, float(contribution))
-    if not t.hi > t.lo:
-        return Part(t.weigher.name, raw, 0.0, t.weight, 0.0)
-    scaled = (np.float64(t.values[p]) - np.float64(t.lo)) / (np.float64(t.hi) - np.float64(t.lo))
-    contribution = scaled if t.weight == 1.0 else scaled * t.weight
-    return Part(t.weigher.name, raw, float(scaled), t.weight, float(contribution))
+        lo, span = float(t.lo), float(t.hi) - float(t.lo)  # shown only: `term` is exact
+        norm = [(float(v) - lo) / span if span > 0 else 0.0 for v in t.values[at].tolist()]
+        terms: list[float] = t.term[at].tolist()
+        return [
+            Part(name, float(r), float(n), weight, float(c))
+            for r, n, c in zip(raws, norm, terms, strict=True)
+        ]
+    lo, hi = float(t.lo), float(t.hi)
+    if not hi > lo:
+        return [Part(name, float(r), 0.0, weight, 0.0) for r in raws]
+    span = hi - lo
+    out = []
+    for r, v in zip(raws, t.values[at].tolist(), strict=True):
+        scaled = (v - lo) / span
+        out.append(
+            Part(name, float(r), scaled, weight, scaled if weight == 1.0 else scaled * weight)
+        )
+    return out
 
 
 def explain_placement(

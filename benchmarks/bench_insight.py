@@ -1,0 +1,324 @@
+"""Insight benchmark: the cost of asking why a host won, and why-not latency, at 10,000 hosts.
+
+Builds `bench_core`'s seeded 10,000-host fleet (six hardware kinds, two NUMA cells, 50 flavors)
+and fills it with `bench_core.fill`, then:
+
+* **why**: for the same seeded requests, `select_destinations` alone and `explain_placement`
+  (the same decision plus `core.why`'s breakdown), interleaved request by request in one run,
+  under the 'berth' and 'nova' profiles; the cost of `--why` is the ratio of the medians.
+  With `--base-src DIR` the plain decisions are also timed with another checkout's `src` (a
+  subprocess on the same fleet), to show the hook costs nothing when not asked.
+* **why-not**: a fuller fill (host targets 80-95%) so that some flavors fit nowhere; for each
+  such flavor, `policy.why_not.why_not` with a third of the instances preemptible; median and
+  maximum latency, and which ways out were found.
+
+Writes the sections "why" and "why-not" of `benchmarks/results/insight.md` (other sections of
+that file are left as they are).
+
+    .venv/bin/python benchmarks/bench_insight.py [--hosts 10000] [--decisions 200]
+                                                 [--base-src DIR] [--out PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gc
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_core
+from bench_core import NOW, SEED, build_fleet, fill, make_requests
+from berth.core.config import profile
+from berth.core.engine import FilterScheduler
+from berth.core.explain import NoValidHost
+from berth.core.request import RequestSpec
+from berth.core.table import HostTable
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = REPO / "benchmarks" / "results" / "insight.md"
+
+
+def _table(hosts: int, target: tuple[float, float] | None = None) -> HostTable:
+    fleet = build_fleet(hosts, SEED)
+    table = HostTable.from_fleet(fleet)
+    saved = bench_core.TARGET_UTILISATION
+    if target is not None:
+        bench_core.TARGET_UTILISATION = target
+    try:
+        fill(table, fleet, SEED)
+    finally:
+        bench_core.TARGET_UTILISATION = saved
+    return table
+
+
+def _requests(table: HostTable, n: int) -> list[RequestSpec]:
+    fleet_flavors = build_fleet(8, SEED).flavors  # the same 50 flavors, cheaply
+    return make_requests("mixed", n, fleet_flavors, SEED, 0)
+
+
+def _median_ms(ns: Sequence[int]) -> float:
+    return statistics.median(ns) / 1e6
+
+
+def time_plain(hosts: int, decisions: int, prof: str) -> dict[str, Any]:
+    """Plain decisions only (the `--base-src` subprocess runs this)."""
+    table = _table(hosts)
+    sched = FilterScheduler.from_config(profile(prof))
+    reqs = _requests(table, decisions)
+    for r in reqs[:30]:
+        _decide(sched, table, r)
+    out = []
+    gc.disable()
+    for r in reqs:
+        t = time.perf_counter_ns()
+        ok = _decide(sched, table, r)
+        dt_ns = time.perf_counter_ns() - t
+        if ok:
+            out.append(dt_ns)
+    gc.enable()
+    return {"median_ms": _median_ms(out), "n": len(out)}
+
+
+def _decide(sched: FilterScheduler, table: HostTable, r: RequestSpec) -> bool:
+    try:
+        sched.select_destinations(table, r, NOW)
+    except NoValidHost:
+        return False
+    return True
+
+
+def time_why(table: HostTable, decisions: int, prof: str) -> dict[str, Any]:
+    """Plain and explained decisions of the same requests, interleaved (order alternating)."""
+    from berth.core.why import explain_placement
+
+    sched = FilterScheduler.from_config(profile(prof))
+    reqs = _requests(table, decisions)
+    for r in reqs[:30]:  # warm the caches and compiled kernels both ways
+        if _decide(sched, table, r):
+            explain_placement(sched, table, r, NOW)
+    plain: list[int] = []
+    why: list[int] = []
+    draws: Counter[str] = Counter()
+    gc.disable()
+    for i, r in enumerate(reqs):
+        if not _decide(sched, table, r):
+            continue
+        for first in (True, False) if i % 2 else (False, True):
+            t = time.perf_counter_ns()
+            if first:
+                _, whys = explain_placement(sched, table, r, NOW)
+                why.append(time.perf_counter_ns() - t)
+                draws.update(w.draw for w in whys)
+            else:
+                sched.select_destinations(table, r, NOW)
+                plain.append(time.perf_counter_ns() - t)
+    gc.enable()
+    p, w = _median_ms(plain), _median_ms(why)
+    return {
+        "profile": prof,
+        "n": len(plain),
+        "plain_ms": p,
+        "why_ms": w,
+        "overhead_pct": 100 * (w - p) / p,
+        "draws": dict(draws),
+    }
+
+
+def time_why_not(table: HostTable, limit: int) -> dict[str, Any]:
+    from berth.policy.why_not import WhyNotOptions, family_by_name, why_not
+
+    sched = FilterScheduler.from_config(profile("berth"))
+
+    def preemptible(a: Any) -> bool:  # a third of the instances, deterministically
+        return a.instance_id.startswith("fill-") and int(a.instance_id[5:]) % 3 == 0
+
+    failing = []
+    for name in sorted(table.flavors):
+        r = RequestSpec(flavor=name, instance_ids=("why-not",))
+        if not _decide(sched, table, r):
+            failing.append(name)
+    names = sorted(table.flavors)
+    times: list[int] = []
+    kinds: Counter[str] = Counter()
+    rows = []
+    for name in failing[:limit]:
+        r = RequestSpec(flavor=name, instance_ids=("why-not",))
+        why_not(sched, table, r, NOW, preemptible=preemptible, family=family_by_name(names, name))
+        t = time.perf_counter_ns()
+        answer = why_not(
+            sched,
+            table,
+            r,
+            NOW,
+            preemptible=preemptible,
+            family=family_by_name(names, name),
+            options=WhyNotOptions(max_moves=3),
+        )
+        took = time.perf_counter_ns() - t
+        times.append(took)
+        kinds.update(o.kind for o in answer.options)
+        rows.append(
+            (name, took / 1e6, [f"{o.kind} ({o.price:g} {o.unit})" for o in answer.options])
+        )
+    return {
+        "failing": len(failing),
+        "timed": len(times),
+        "median_ms": _median_ms(times) if times else None,
+        "max_ms": max(times) / 1e6 if times else None,
+        "kinds": dict(kinds),
+        "rows": rows,
+    }
+
+
+def _base(src: Path, hosts: int, decisions: int) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": f"{src}:{Path(__file__).resolve().parent}"}
+    out = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--plain-only",
+            "--hosts",
+            str(hosts),
+            "--decisions",
+            str(decisions),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _shown_args(args: Sequence[str]) -> str:
+    """The arguments, with --base-src's directory (a machine path) shown as DIR."""
+    out = list(args)
+    for i, a in enumerate(out[:-1]):
+        if a == "--base-src":
+            out[i + 1] = "DIR"
+    return " ".join(out)
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
+
+
+def markdown(report: dict[str, Any]) -> str:
+    head = (
+        f"- Date: {report['date']}; command: `{report['command']}`; commit {report['commit']}\n"
+        f"- Machine: {report['machine']} (2 cores shared with other work: timings are noisy, "
+        "compare the ratios measured in one run)\n"
+        f"- Fleet: `benchmarks/bench_core.py`'s seeded {report['hosts']:,}-host fleet "
+        "(six hardware kinds, two NUMA cells, 50 flavors)\n"
+    )
+    why = [
+        "## why\n",
+        "Cost of `--why` (`core.why.explain_placement`) against the same decision without it "
+        "(`select_destinations`), the same seeded 'mixed' requests interleaved one by one "
+        "(order alternating), warm caches, garbage collector paused; medians.\n",
+        head,
+        "| profile | decisions | decision (ms) | with why (ms) | cost of why | draws |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for r in report["why"]:
+        draws = ", ".join(f"{k} {v}" for k, v in sorted(r["draws"].items()))
+        why.append(
+            f"| {r['profile']} | {r['n']} | {r['plain_ms']:.3f} | {r['why_ms']:.3f} | "
+            f"{r['overhead_pct']:+.1f}% | {draws} |"
+        )
+    target = all(r["overhead_pct"] < 10 for r in report["why"])
+    why.append(f"\nTarget (< 10% of the decision): {'met' if target else 'NOT met'}.\n")
+    if report.get("base"):
+        why.append(
+            "Not asked, the hook costs nothing measurable: plain decisions with this checkout "
+            "vs the base checkout "
+            f"(`--base-src`, {report['base']['src_commit']}), separate processes on the same "
+            "fleet and requests ('berth' profile):\n"
+        )
+        why.append("| source | decision median (ms) |\n|---|---:|")
+        why.append(f"| this checkout | {report['base']['this_ms']:.3f} |")
+        why.append(f"| base | {report['base']['base_ms']:.3f} |\n")
+    wn = report["why_not"]
+    lines = [
+        "## why-not\n",
+        "Latency of `policy.why_not.why_not` (all four ways out planned and each checked on a "
+        "copy of the table) for every flavor that fits nowhere on a fuller fill of the same "
+        "fleet (host targets 80-95%), a third of the instances preemptible, up to 3 live "
+        "migrations; warm (each flavor asked once before timing).\n",
+        head,
+        f"- Flavors that fit nowhere: {wn['failing']} of 50; timed: {wn['timed']}",
+        f"- Median {wn['median_ms']:.1f} ms, max {wn['max_ms']:.1f} ms",
+        f"- Ways out found: {', '.join(f'{k} {v}' for k, v in sorted(wn['kinds'].items()))}\n",
+        "| flavor | ms | ways out (cheapest first) |",
+        "|---|---:|---|",
+    ]
+    for name, ms, ways in wn["rows"]:
+        lines.append(f"| {name} | {ms:.1f} | {'; '.join(ways) or '-'} |")
+    return "\n".join(why) + "\n\n" + "\n".join(lines) + "\n"
+
+
+def write_sections(path: Path, text: str) -> None:
+    """Replace the '## why' and '## why-not' sections of `path` (or create it)."""
+    if not path.exists():
+        path.write_text("# Insight benchmarks\n\n" + text, encoding="utf-8")
+        return
+    old = path.read_text(encoding="utf-8")
+    pattern = re.compile(r"^## why(-not)?\n.*?(?=^## (?!why(-not)?\n)|\Z)", re.M | re.S)
+    rest = pattern.sub("", old).rstrip() + "\n\n"
+    path.write_text(rest + text, encoding="utf-8")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--hosts", type=int, default=10_000)
+    ap.add_argument("--decisions", type=int, default=200)
+    ap.add_argument("--why-not-flavors", type=int, default=12)
+    ap.add_argument("--base-src", type=Path, help="another checkout's src, for plain decisions")
+    ap.add_argument("--base-label", default="base", help="how the report names --base-src")
+    ap.add_argument("--plain-only", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = ap.parse_args(argv)
+    if args.plain_only:
+        print(json.dumps(time_plain(args.hosts, args.decisions, "berth")))
+        return 0
+    table = _table(args.hosts)
+    report: dict[str, Any] = {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": "python benchmarks/bench_insight.py " + _shown_args(argv or sys.argv[1:]),
+        "commit": _git("rev-parse", "--short", "HEAD"),
+        "machine": f"{platform.processor() or platform.machine()}, nproc {os.cpu_count()}",
+        "hosts": args.hosts,
+        "why": [time_why(table, args.decisions, p) for p in ("berth", "nova")],
+    }
+    if args.base_src is not None:
+        base = _base(args.base_src, args.hosts, args.decisions)
+        this = time_plain(args.hosts, args.decisions, "berth")
+        report["base"] = {
+            "base_ms": base["median_ms"],
+            "this_ms": this["median_ms"],
+            "src_commit": args.base_label,
+        }
+    del table
+    full = _table(args.hosts, (0.8, 0.95))
+    report["why_not"] = time_why_not(full, args.why_not_flavors)
+    text = markdown(report)
+    print(text)
+    write_sections(args.out, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
