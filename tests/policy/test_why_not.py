@@ -215,3 +215,12 @@ def test_family_by_name(flavor: str, family: list[str]) -> None:
         "solo",
     ]
     assert sorted(family_by_name(names, flavor)) == sorted(family)
+
+
+def test_a_host_marked_for_drain_is_offered_as_undrain() -> None:
+    model = load_fleet(EXAMPLE)
+    table = HostTable.from_fleet(model)
+    assert model.now is not None
+    options = WhyNotOptions(draining=frozenset({"h3"}))
+    answer = why_not_fleet(scheduler(), table, "m1.xlarge", model.now, options)
+    assert answer.options[0].summary == "undrain host h3"

@@ -119,6 +119,8 @@ class WhyNotOptions:
     """Most hosts to enable shown (each is its own way out)."""
     cluster: str | None = None
     order: tuple[str, ...] = field(default=ORDER)
+    draining: frozenset[str] = frozenset()
+    """Disabled hosts that are marked for drain (the service's drain flag): "undrain" them."""
 
 
 def why_not(
@@ -143,7 +145,7 @@ def why_not(
         return WhyNot(request.flavor, True, decision.hosts[0], None, (), (), options.cluster)
     found: list[WayOut] = []
     notes: list[str] = []
-    found += _enable(scheduler, table, request, now, options.max_hosts, notes)
+    found += _enable(scheduler, table, request, now, options, notes)
     found += _migrate(scheduler, table, request, now, options.max_moves, notes)
     found += _evict(scheduler, table, request, now, preemptible, notes)
     found += _smaller(scheduler, table, request, now, family, notes)
@@ -169,9 +171,10 @@ def _enable(
     table: HostTable,
     request: RequestSpec,
     now: float,
-    limit: int,
+    options: WhyNotOptions,
     notes: list[str],
 ) -> list[WayOut]:
+    limit = options.max_hosts
     off = np.flatnonzero(~table.enabled)
     if off.size == 0:
         return []
@@ -194,7 +197,7 @@ def _enable(
                     "enable_host",
                     1.0,
                     "host",
-                    f"enable host {name}",
+                    f"{'undrain' if name in options.draining else 'enable'} host {name}",
                     True,
                     decision.hosts[0],
                     hosts=(name,),

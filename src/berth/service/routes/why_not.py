@@ -50,6 +50,7 @@ def why_not_route(
     answers: dict[str, Any] = {}
     with replica.lock:
         preemptible = dict(replica.preemptible)
+        draining = frozenset(replica.draining)
         now = replica.clock()
         for view in replica.clusters.values():
             if cluster is not None and view.name != cluster:
@@ -72,7 +73,7 @@ def why_not_route(
                 now,
                 preemptible=(lambda a: a.instance_id in preemptible) if preemptible else None,
                 family=family,
-                options=WhyNotOptions(max_moves=max_moves, cluster=view.name),
+                options=WhyNotOptions(max_moves=max_moves, cluster=view.name, draining=draining),
             )
             answers[view.name] = answer.to_dict()
     return {
