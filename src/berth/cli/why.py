@@ -113,8 +113,8 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             typer.Option(
                 "--preemptible",
-                help="Project whose instances may be evicted (repeat). Default: projects named "
-                "'preemptible*'.",
+                help="Project whose instances may be evicted (repeat). Default: none, so "
+                "evictions are not considered.",
             ),
         ] = None,
         max_moves: Annotated[

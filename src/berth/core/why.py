@@ -116,7 +116,12 @@ class InstanceWhy:
             share = self.deltas[self.decided_by]
             return (
                 f"{head}: beat {runner} by {self.margin:.6g}, decided by {self.decided_by} "
-                f"({share:+.6g}{'' if self.needed else ', not needed alone'})"
+                f"({share:+.6g} of the margin; "
+                + (
+                    "without it the runner-up would win or tie)"
+                    if self.needed
+                    else "the winner leads without it too)"
+                )
             )
         if self.draw == "tie":
             return f"{head}: {self.tied}-way tie for the best score, drawn with seed {self.seed}"
