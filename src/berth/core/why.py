@@ -253,7 +253,7 @@ def _parts(t: Term, at: npt.NDArray[np.int64]) -> list[Part]:
     """Weigher `t`'s parts at candidate positions `at`, in the engine's arithmetic: Python
     floats are IEEE doubles, so ``(v - lo) / (hi - lo) * weight`` gives the engine's bits."""
     name, weight = t.weigher.name, float(t.weight)
-    raws: list[float] = t.raw[at].tolist()
+    raws: list[float] = t.raw.take(at).tolist()
     if t.term is not None:  # another dtype: the engine's own term array
         lo, span = float(t.lo), float(t.hi) - float(t.lo)  # shown only: `term` is exact
         norm = [(float(v) - lo) / span if span > 0 else 0.0 for v in t.values[at].tolist()]
@@ -264,15 +264,13 @@ def _parts(t: Term, at: npt.NDArray[np.int64]) -> list[Part]:
         ]
     lo, hi = float(t.lo), float(t.hi)
     if not hi > lo:
-        return [Part(name, float(r), 0.0, weight, 0.0) for r in raws]
+        return [Part(name, r, 0.0, weight, 0.0) for r in raws]  # float64: tolist gives floats
     span = hi - lo
-    out = []
-    for r, v in zip(raws, t.values[at].tolist(), strict=True):
-        scaled = (v - lo) / span
-        out.append(
-            Part(name, float(r), scaled, weight, scaled if weight == 1.0 else scaled * weight)
-        )
-    return out
+    values = raws if t.values is t.raw else t.values.take(at).tolist()
+    scaled = [(v - lo) / span for v in values]
+    if weight == 1.0:
+        return [Part(name, r, x, weight, x) for r, x in zip(raws, scaled, strict=True)]
+    return [Part(name, r, x, weight, x * weight) for r, x in zip(raws, scaled, strict=True)]
 
 
 def explain_placement(
