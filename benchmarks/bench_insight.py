@@ -129,7 +129,8 @@ def time_why(table: HostTable, decisions: int, prof: str, repeats: int) -> dict[
                 fastest[mode] = min(fastest[mode], time.perf_counter_ns() - t)
         for mode, ns in fastest.items():
             best[mode].append(ns)
-        draws.update(w.draw for w in recorder.instances if recorder is not None)
+        if recorder is not None:  # the last run's
+            draws.update(w.draw for w in recorder.instances)
     gc.enable()
     p, h, w = (_median_ms(best[m]) for m in ("plain", "hook", "why"))
     ratios = [b / a for a, b in zip(best["plain"], best["why"], strict=True)]
