@@ -227,3 +227,14 @@ def test_the_deciding_weigher_is_the_largest_share_of_the_margin() -> None:
     assert why.needed
     assert why.deltas["vcpu"] < 0  # vcpu preferred b, but ram outweighed it
     assert why.margin == pytest.approx(sum(why.deltas.values()))
+
+
+def test_the_chance_scheduler_draws_and_says_so() -> None:
+    f = flavor("small", vcpus=1, mem=1024)
+    table = HostTable.from_fleet(fleet([host(f"h{i}", vcpus=8, mem=8192) for i in range(4)], [f]))
+    sched = scheduler(driver="chance")
+    decision, (why,) = explain_placement(sched, table, RequestSpec(flavor="small", seed=3), NOW)
+    assert why.draw == "chance"
+    assert why.winner.host == decision.hosts[0]
+    assert why.scales == ()
+    assert "drawn uniformly" in why.summary()
