@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from berth.cli.names import PROFILES
+from berth.cli.names import MAX_ADMISSION, PROFILES
 from berth.cli.tables import print_table
 
 if TYPE_CHECKING:
@@ -118,7 +118,8 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         max_moves: Annotated[
-            int, typer.Option(min=1, max=8, help="Most live migrations to consider.")
+            int,
+            typer.Option(min=1, max=MAX_ADMISSION, help="Most live migrations to consider."),
         ] = 3,
         profile_name: Annotated[
             str, typer.Option("--profile", "-p", help=f"Weigher profile: {', '.join(PROFILES)}.")

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
+from berth.core.defrag.admit import MAX_ADMISSION
 from berth.core.request import RequestSpec
 from berth.policy.why_not import (
     WhyNotOptions,
@@ -34,7 +35,9 @@ def why_not_route(
     flavor: Annotated[s.Ident, Query(description="the flavor that does not fit")],
     cluster: Annotated[s.Ident | None, Query(description="only this cluster")] = None,
     availability_zone: Annotated[s.Ident | None, Query()] = None,
-    max_moves: Annotated[int, Query(ge=1, le=8, description="most live migrations")] = 3,
+    max_moves: Annotated[
+        int, Query(ge=1, le=MAX_ADMISSION, description="most live migrations")
+    ] = 3,
 ) -> dict[str, Any]:
     """For one instance of `flavor`, per candidate cluster: whether it fits now, else the
     checked ways out (enable a host, live migrations, evictions of preemptible instances, a
