@@ -224,3 +224,21 @@ def test_a_host_marked_for_drain_is_offered_as_undrain() -> None:
     options = WhyNotOptions(draining=frozenset({"h3"}))
     answer = why_not_fleet(scheduler(), table, "m1.xlarge", model.now, options)
     assert answer.options[0].summary == "undrain host h3"
+
+
+def test_family_from_the_catalogue_keeps_family_and_variant() -> None:
+    from berth.policy.catalogue import Catalogue
+    from berth.policy.demo import build_demo_policy
+    from berth.policy.why_not import family_from_catalogue
+
+    cat = Catalogue(build_demo_policy())
+    flavor = max(cat.origin, key=lambda f: (cat.flavors[f].vcpus, f))
+    base, variant = cat.origin[flavor]
+    family = family_from_catalogue(cat, flavor)
+    assert family
+    assert flavor not in family
+    for name in family:
+        b, v = cat.origin[name]
+        assert v == variant
+        assert cat.bases[b].family == cat.bases[base].family
+    assert family_from_catalogue(cat, "not-a-flavor") == []
