@@ -24,7 +24,8 @@ Definitions (docs/why.md):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -79,17 +80,27 @@ class Candidate(NamedTuple):
     parts: tuple[Part, ...]
 
 
+class _Column(NamedTuple):
+    """One weigher's numbers at the shown candidates, gathered in the hook (plain lists)."""
+
+    scale: Scale
+    raws: list[float]
+    values: list[float]
+    term: list[float] | None
+
+
 @dataclass(frozen=True)
 class InstanceWhy:
-    """Why one instance of a request went where it went."""
+    """Why one instance of a request went where it went.
+
+    The hook gathers the shown candidates' numbers (`_Column`); the parts, deltas and the
+    deciding weigher are worked out from them when first read, so a decision that is never
+    printed pays for the gathering only."""
 
     instance: int
     instance_id: str
     candidates: int
     """Hosts that passed every filter."""
-    ranked: tuple[Candidate, ...]
-    """The winner first, then the best-scoring others in the engine's order."""
-    scales: tuple[Scale, ...]
     draw: str
     """A key of `DRAWS`."""
     tied: int
@@ -97,12 +108,49 @@ class InstanceWhy:
     seed: int
     margin: float | None
     """Winner's score minus the runner-up's (None without a runner-up)."""
-    decided_by: str | None
-    """With draw "best": the weigher with the largest share of the margin."""
-    needed: bool | None
-    """Whether the order flips (or ties) without `decided_by`'s contributions."""
-    deltas: dict[str, float] = field(default_factory=dict)
-    """Per weigher: its contribution to the winner minus to the runner-up."""
+    hosts: tuple[str, ...] = field(repr=False)
+    scores: tuple[float, ...] = field(repr=False)
+    columns: tuple[_Column, ...] = field(repr=False)
+
+    @cached_property
+    def scales(self) -> tuple[Scale, ...]:
+        return tuple(c.scale for c in self.columns)
+
+    @cached_property
+    def ranked(self) -> tuple[Candidate, ...]:
+        """The winner first, then the best-scoring others in the engine's order."""
+        parts = [_parts(c) for c in self.columns]  # per weigher, per candidate
+        return tuple(
+            Candidate(host, self.scores[i], tuple(col[i] for col in parts))
+            for i, host in enumerate(self.hosts)
+        )
+
+    @cached_property
+    def deltas(self) -> dict[str, float]:
+        """Per weigher: its contribution to the winner minus to the runner-up."""
+        if self.margin is None:
+            return {}
+        win, run = self.ranked[0], self.ranked[1]
+        return {
+            a.weigher: a.contribution - b.contribution
+            for a, b in zip(win.parts, run.parts, strict=True)
+        }
+
+    @property
+    def decided_by(self) -> str | None:
+        """With draw "best": the weigher with the largest share of the margin (the first in
+        configured order of equals)."""
+        if self.draw != "best" or not self.deltas:
+            return None
+        return max(self.deltas, key=lambda k: self.deltas[k])
+
+    @property
+    def needed(self) -> bool | None:
+        """Whether the order flips (or ties) without `decided_by`'s contributions."""
+        name = self.decided_by
+        if name is None or self.margin is None:
+            return None
+        return self.margin - self.deltas[name] <= TIE
 
     @property
     def winner(self) -> Candidate:
@@ -110,12 +158,13 @@ class InstanceWhy:
 
     def summary(self) -> str:
         """One line: where, why, and how close."""
-        head = f"{self.instance_id} -> {self.winner.host} ({self.candidates} candidates)"
-        if self.draw == "best" and self.decided_by is not None and self.margin is not None:
-            runner = self.ranked[1].host
-            share = self.deltas[self.decided_by]
+        head = f"{self.instance_id} -> {self.hosts[0]} ({self.candidates} candidates)"
+        decided_by = self.decided_by
+        if decided_by is not None and self.margin is not None:
+            runner = self.hosts[1]
+            share = self.deltas[decided_by]
             return (
-                f"{head}: beat {runner} by {self.margin:.6g}, decided by {self.decided_by} "
+                f"{head}: beat {runner} by {self.margin:.6g}, decided by {decided_by} "
                 f"({share:+.6g} of the margin; "
                 + (
                     "without it the runner-up would win or tie)"
@@ -128,15 +177,24 @@ class InstanceWhy:
         return f"{head}: {DRAWS[self.draw]}"
 
     def to_dict(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
-        out["ranked"] = [
-            {"host": c.host, "score": c.score, "parts": [p._asdict() for p in c.parts]}
-            for c in self.ranked
-        ]
-        out["scales"] = [s._asdict() for s in self.scales]
-        out["deltas"] = dict(self.deltas)
-        out["summary"] = self.summary()
-        return out
+        return {
+            "instance": self.instance,
+            "instance_id": self.instance_id,
+            "candidates": self.candidates,
+            "ranked": [
+                {"host": c.host, "score": c.score, "parts": [p._asdict() for p in c.parts]}
+                for c in self.ranked
+            ],
+            "scales": [sc._asdict() for sc in self.scales],
+            "draw": self.draw,
+            "tied": self.tied,
+            "seed": self.seed,
+            "margin": self.margin,
+            "decided_by": self.decided_by,
+            "needed": self.needed,
+            "deltas": dict(self.deltas),
+            "summary": self.summary(),
+        }
 
 
 def fold(parts: Sequence[Part], scales: Sequence[Scale]) -> float:
@@ -171,56 +229,31 @@ class WhyRecorder:
     def _explain(self, scored: Scored) -> InstanceWhy:
         rows, scores = scored.rows, scored.scores
         names = scored.ctx.table.names
-        positions = self._ranked_positions(scored)
-        at = np.array(positions, dtype=np.int64)
-        scales = tuple(_scale(t) for t in scored.terms)
-        columns = [_parts(t, at) for t in scored.terms]  # per weigher, per candidate
-        shown = rows[at].tolist()
-        score_of = [0.0] * len(positions) if scores is None else scores[at].tolist()
-        ranked = tuple(
-            Candidate(names[row], score_of[i], tuple(col[i] for col in columns))
-            for i, row in enumerate(shown)
-        )
-        base: dict[str, Any] = {
-            "instance": scored.step + 1,
-            "instance_id": self.request.ids()[scored.step],
-            "candidates": int(rows.size),
-            "ranked": ranked,
-            "scales": scales,
-            "seed": self.request.seed,
-        }
+        at = np.array(self._ranked_positions(scored), dtype=np.int64)
+        score_of: list[float] = [0.0] * at.size if scores is None else scores[at].tolist()
+        draw, tied, margin = "only", 1, None
         if scores is None:
-            return InstanceWhy(**base, draw="chance", tied=int(rows.size), **_no_margin())
-        if len(ranked) == 1:
-            return InstanceWhy(**base, draw="only", tied=1, **_no_margin())
-        win, run = ranked[0], ranked[1]
-        best = max(win.score, run.score)
-        tied = 1
-        if run.score >= best - TIE:  # the runner-up is the best of the others: count them all
-            tied = int(np.count_nonzero(scores >= best - TIE))
-        margin = win.score - run.score
-        deltas = {
-            a.weigher: a.contribution - b.contribution
-            for a, b in zip(win.parts, run.parts, strict=True)
-        }
-        if self.scheduler.host_subset_size > 1:
-            draw = "subset"
-        elif tied > 1:
-            draw = "tie"
-        else:
-            draw = "best"
-        decided_by = needed = None
-        if draw == "best" and deltas:
-            decided_by = max(deltas, key=lambda k: deltas[k])  # first of equals: config order
-            needed = margin - deltas[decided_by] <= TIE
+            draw, tied = "chance", int(rows.size)
+        elif at.size > 1:
+            best = max(score_of[0], score_of[1])
+            if score_of[1] >= best - TIE:  # the runner-up is the best of the others: count
+                tied = int(np.count_nonzero(scores >= best - TIE))
+            margin = score_of[0] - score_of[1]
+            if self.scheduler.host_subset_size > 1:
+                draw = "subset"
+            else:
+                draw = "tie" if tied > 1 else "best"
         return InstanceWhy(
-            **base,
+            instance=scored.step + 1,
+            instance_id=self.request.ids()[scored.step],
+            candidates=int(rows.size),
             draw=draw,
             tied=tied,
+            seed=self.request.seed,
             margin=margin,
-            decided_by=decided_by,
-            needed=needed,
-            deltas=deltas,
+            hosts=tuple(names[r] for r in rows[at].tolist()),
+            scores=tuple(score_of),
+            columns=tuple(_column(t, at) for t in scored.terms),
         )
 
     def _ranked_positions(self, scored: Scored) -> list[int]:
@@ -239,35 +272,33 @@ class WhyRecorder:
         return [chosen, *[int(p) for p in order if p != chosen][: want - 1]]
 
 
-def _no_margin() -> dict[str, Any]:
-    return {"margin": None, "decided_by": None, "needed": None}
-
-
-def _scale(t: Term) -> Scale:
+def _column(t: Term, at: npt.NDArray[np.int64]) -> _Column:
+    """Weigher `t`'s numbers at candidate positions `at` (a few gathers, no arithmetic)."""
     dtype = "float64" if t.term is None else t.raw.dtype.name
     lo, hi = float(t.lo), float(t.hi)
-    return Scale(t.weigher.name, float(t.weight), lo, hi, not hi > lo, dtype)
-
-
-def _parts(t: Term, at: npt.NDArray[np.int64]) -> list[Part]:
-    """Weigher `t`'s parts at candidate positions `at`, in the engine's arithmetic: Python
-    floats are IEEE doubles, so ``(v - lo) / (hi - lo) * weight`` gives the engine's bits."""
-    name, weight = t.weigher.name, float(t.weight)
+    scale = Scale(t.weigher.name, float(t.weight), lo, hi, not hi > lo, dtype)
     raws: list[float] = t.raw.take(at).tolist()
-    if t.term is not None:  # another dtype: the engine's own term array
-        lo, span = float(t.lo), float(t.hi) - float(t.lo)  # shown only: `term` is exact
-        norm = [(float(v) - lo) / span if span > 0 else 0.0 for v in t.values[at].tolist()]
-        terms: list[float] = t.term[at].tolist()
+    values: list[float] = raws if t.values is t.raw else t.values.take(at).tolist()
+    term = None if t.term is None else t.term.take(at).tolist()
+    return _Column(scale, raws, values, term)
+
+
+def _parts(c: _Column) -> list[Part]:
+    """One weigher's parts at the shown candidates, in the engine's arithmetic: Python floats
+    are IEEE doubles, so ``(v - lo) / (hi - lo) * weight`` gives the engine's bits."""
+    sc = c.scale
+    name, weight, lo, hi = sc.weigher, sc.multiplier, sc.lo, sc.hi
+    raws = [float(r) for r in c.raws]
+    if c.term is not None:  # another dtype: the engine's own term array (normalised shown)
+        span = hi - lo
+        norm = [(float(v) - lo) / span if span > 0 else 0.0 for v in c.values]
         return [
-            Part(name, float(r), float(n), weight, float(c))
-            for r, n, c in zip(raws, norm, terms, strict=True)
+            Part(name, r, n, weight, float(x)) for r, n, x in zip(raws, norm, c.term, strict=True)
         ]
-    lo, hi = float(t.lo), float(t.hi)
     if not hi > lo:
-        return [Part(name, r, 0.0, weight, 0.0) for r in raws]  # float64: tolist gives floats
+        return [Part(name, r, 0.0, weight, 0.0) for r in raws]
     span = hi - lo
-    values = raws if t.values is t.raw else t.values.take(at).tolist()
-    scaled = [(v - lo) / span for v in values]
+    scaled = [(v - lo) / span for v in c.values]
     if weight == 1.0:
         return [Part(name, r, x, weight, x) for r, x in zip(raws, scaled, strict=True)]
     return [Part(name, r, x, weight, x * weight) for r, x in zip(raws, scaled, strict=True)]
