@@ -151,7 +151,9 @@ def _run_place(
     config: Path | None,
     now: float | None,
     as_json: bool,
+    why: int = 0,
 ) -> None:
+    """`why` > 0: also explain each choice, showing that many candidates (`core.why`)."""
     from pydantic import ValidationError
 
     from berth.core.explain import NoValidHost
@@ -173,7 +175,12 @@ def _run_place(
             _fail(describe_validation_error(exc))
         table.demand(flavor)  # unknown flavor: one clear line
         try:
-            decision = scheduler.select_destinations(table, request, _now(fleet, now))
+            if why:
+                from berth.core.why import explain_placement
+
+                decision, whys = explain_placement(scheduler, table, request, _now(fleet, now), why)
+            else:
+                decision = scheduler.select_destinations(table, request, _now(fleet, now))
         except NoValidHost as exc:
             if as_json:
                 _emit_json({"error": "no_valid_host", **exc.diagnosis.to_dict()})
@@ -181,9 +188,16 @@ def _run_place(
                 err.print(f"[bold red]no valid host:[/] {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_NO_HOST) from None
     if as_json:
-        _emit_json(_decision_json(decision))
-    else:
-        _print_decision(decision, table)
+        body = _decision_json(decision)
+        if why:
+            body["why"] = [w.to_dict() for w in whys]
+        _emit_json(body)
+        return
+    _print_decision(decision, table)
+    if why:
+        from berth.cli.why import print_why
+
+        print_why(out, whys)
 
 
 @app.command()
@@ -200,9 +214,32 @@ def place(
     config: ConfigOpt = None,
     now: NowOpt = None,
     as_json: JsonOpt = False,
+    why: Annotated[
+        bool,
+        typer.Option(
+            "--why",
+            help="Also say why each host won: every weigher's part of the winner's and the next "
+            "candidates' scores, the weigher that decided, and ties drawn by the seed.",
+        ),
+    ] = False,
+    top: Annotated[
+        int, typer.Option(min=2, max=50, help="Candidates shown per instance with --why.")
+    ] = 3,
 ) -> None:
     """Choose hosts for COUNT instances of FLAVOR; print hosts and alternates, or why none fit."""
-    _run_place(fleet, flavor, count, seed, zone, group, profile_name, config, now, as_json)
+    _run_place(
+        fleet,
+        flavor,
+        count,
+        seed,
+        zone,
+        group,
+        profile_name,
+        config,
+        now,
+        as_json,
+        top if why else 0,
+    )
 
 
 # ---------------------------------------------------------------------------- capacity
@@ -366,6 +403,7 @@ from berth.cli.plan_capacity import register as _register_plan_capacity  # noqa:
 from berth.cli.schedule import register as _register_schedule  # noqa: E402
 from berth.cli.serve import register as _register_serve  # noqa: E402
 from berth.cli.simulate import register as _register_simulate  # noqa: E402
+from berth.cli.why import register as _register_why  # noqa: E402
 
 _register_serve(app)
 _register_db(app)
@@ -377,6 +415,7 @@ _register_defrag(app)
 _register_agent(app)
 _register_elastic(app)
 _register_cluster(app)
+_register_why(app)
 demo_app.command("load")(_db_load_demo)  # `berth demo load` = `berth db load-demo`
 
 

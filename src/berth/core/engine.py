@@ -8,8 +8,9 @@ decision only if every host it touches is still at the generation the decision r
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -53,6 +54,40 @@ class Decision:
     @property
     def hosts(self) -> list[str]:
         return [s.host for s in self.selections]
+
+
+class Term(NamedTuple):
+    """One weigher's part of `_scores`, kept only when asked (`core.why` reads it): `raw` as the
+    weigher gave it, `values` as scaled (``max(raw, minval)`` for Nova's weighers, else `raw`),
+    the extremes `lo` and `hi` the engine divided by, and for a weigher whose values are not
+    float64 the `term` array it added (else None: the float64 arithmetic is redone per host)."""
+
+    weigher: HostWeigher
+    weight: float
+    raw: npt.NDArray[np.generic]
+    values: npt.NDArray[np.generic]
+    lo: float
+    hi: float
+    term: npt.NDArray[np.generic] | None
+
+
+@dataclass(frozen=True)
+class Scored:
+    """What one instance's choice was made from, handed to a `WhyHook` (built only then)."""
+
+    ctx: Context
+    rows: I64
+    scores: F64 | None
+    """The engine's scores of `rows` (None: the chance scheduler scores nothing)."""
+    terms: tuple[Term, ...]
+    step: int
+    chosen: int
+    alternates: tuple[int, ...]
+
+
+WhyHook = Callable[[Scored], None]
+"""Called once per instance by `select_destinations(..., why=hook)`, before the next instance's
+tentative claim (`core.why.WhyRecorder`)."""
 
 
 def _mix(*values: int) -> int:
@@ -103,10 +138,13 @@ class FilterScheduler:
         return cls(filters, weighers, **kwargs)
 
     # ------------------------------------------------------------------ decisions
-    def select_destinations(self, table: HostTable, request: RequestSpec, now: float) -> Decision:
+    def select_destinations(
+        self, table: HostTable, request: RequestSpec, now: float, *, why: WhyHook | None = None
+    ) -> Decision:
         """Choose hosts for every instance of `request`, all or nothing; the table is unchanged.
 
-        Raises `NoValidHost` with a diagnosis when some instance fits nowhere.
+        Raises `NoValidHost` with a diagnosis when some instance fits nowhere. With `why`, each
+        instance's scores and weigher terms go to the hook (`core.why`); the choice is the same.
         """
         demand = table.demand(request.flavor)
         if request.server_group is not None and request.server_group not in table.groups:
@@ -138,7 +176,7 @@ class FilterScheduler:
                 rows = np.flatnonzero(mask)
                 if rows.size == 0:
                     raise NoValidHost(diagnose(ctx, self.filters, instance=i + 1))
-                chosen, alternates = self._choose(ctx, rows, request.seed, i)
+                chosen, alternates = self._choose(ctx, rows, request.seed, i, why)
                 host = table.names[chosen]
                 generations.setdefault(host, int(table.generation[chosen]))
                 cell_use, host_use = table.plan_for(request.flavor, chosen)
@@ -276,7 +314,7 @@ class FilterScheduler:
             self._arange.flags.writeable = False
         return self._arange[:m]
 
-    def _scores(self, ctx: Context, rows: I64) -> F64:
+    def _scores(self, ctx: Context, rows: I64, terms: list[Term] | None = None) -> F64:
         """Sum of weight x min-max scaled raw values (`normalise`), weigher by weigher.
 
         For float64 values the same operations in the same order as ``0 + weight *
@@ -285,13 +323,15 @@ class FilterScheduler:
         cannot change a value are skipped: a weigher whose values are all equal (its zeros add
         nothing), a weight of 1 (x * 1 == x), the zeros the first term is added to (0 + x == x;
         only the sign of a zero may differ, which no comparison sees), and a weight of -1 is a
-        subtraction (s + -x == s - x).
+        subtraction (s + -x == s - x). With `terms`, each weigher's `Term` is appended to it.
         """
         scores: F64 | None = None
         for weigher, weight in self.weighers:
-            values = weigher.raw(ctx, rows)
+            values = raw = weigher.raw(ctx, rows)
             if values.dtype != np.float64:  # keep the exact arithmetic of other dtypes
                 term = weight * normalise(values)
+                if terms is not None:
+                    terms.append(Term(weigher, weight, raw, raw, raw.min(), raw.max(), term))
                 if scores is None:  # as before: alone, the term itself; else a float64 sum
                     scores = term if len(self.weighers) == 1 else np.zeros(rows.size) + term
                 else:
@@ -302,6 +342,8 @@ class FilterScheduler:
             else:  # Nova: max(x, minval), then (x - minval) / (max - minval)
                 values = np.maximum(values, weigher.minval)
                 lo, hi = np.float64(weigher.minval), values[values.argmax()]
+            if terms is not None:
+                terms.append(Term(weigher, weight, raw, values, lo, hi, None))
             if hi <= lo:  # normalise gives zeros, and x + (+-0.0) == x: nothing to add
                 continue
             scaled = np.subtract(values, lo)  # weight * normalise(values), in one buffer
@@ -321,10 +363,16 @@ class FilterScheduler:
             return np.zeros(rows.size, dtype=np.float64)
         return scores
 
-    def _choose(self, ctx: Context, rows: I64, seed: int, step: int) -> tuple[int, list[int]]:
+    def _choose(
+        self, ctx: Context, rows: I64, seed: int, step: int, why: WhyHook | None = None
+    ) -> tuple[int, list[int]]:
         """The chosen row and up to max_attempts - 1 alternates (best first)."""
-        scores = self._scores(ctx, rows) if self.weighers else np.zeros(rows.size)
-        return self._choose_scored(rows, scores, seed, step)
+        terms: list[Term] | None = None if why is None else []
+        scores = self._scores(ctx, rows, terms) if self.weighers else np.zeros(rows.size)
+        chosen, alternates = self._choose_scored(rows, scores, seed, step)
+        if why is not None:
+            why(Scored(ctx, rows, scores, tuple(terms or ()), step, chosen, tuple(alternates)))
+        return chosen, alternates
 
     def _choose_scored(self, rows: I64, scores: F64, seed: int, step: int) -> tuple[int, list[int]]:
         want = min(rows.size, max(self.max_attempts, self.host_subset_size))
@@ -381,11 +429,15 @@ class FilterScheduler:
 class ChanceScheduler(FilterScheduler):
     """Nova's ChanceScheduler, made safe: a uniformly random host among those that fit."""
 
-    def _choose(self, ctx: Context, rows: I64, seed: int, step: int) -> tuple[int, list[int]]:
+    def _choose(
+        self, ctx: Context, rows: I64, seed: int, step: int, why: WhyHook | None = None
+    ) -> tuple[int, list[int]]:
         pick = _mix(seed, step, rows.size) % rows.size
         rest = [
             int(rows[(pick + k) % rows.size]) for k in range(1, min(self.max_attempts, rows.size))
         ]
+        if why is not None:
+            why(Scored(ctx, rows, None, (), step, int(rows[pick]), tuple(rest)))
         return int(rows[pick]), rest
 
     def _pick(self, ctx: Context, rows: I64, seed: int, step: int) -> int:

@@ -48,6 +48,7 @@ from berth.service.routes import (
     schedule,
     tokens,
     topology,
+    why_not,
 )
 from berth.service.sync import SyncThread
 from berth.store.repo import Store
@@ -63,6 +64,7 @@ ROUTERS = (
     schedule.router,
     instances.router,
     capacity.router,
+    why_not.router,
     events.router,
     tokens.router,
     elastic.router,

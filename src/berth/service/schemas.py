@@ -334,6 +334,9 @@ class PlacementOut(BaseModel):
     evicted: list[str] = Field(default_factory=list)
     decision_ms: float = 0.0
     attempts: int = 1
+    why: list[dict[str, Any]] | None = Field(
+        None, description="with ?why=true: why each instance went where it went (docs/why.md)"
+    )
 
 
 class ScheduleIn(_In):

@@ -20,6 +20,7 @@ from berth.core.engine import Decision
 from berth.core.errors import SpecError
 from berth.core.explain import NoValidHost
 from berth.core.request import ImageProps, RequestSpec
+from berth.core.why import WhyRecorder
 from berth.service.placing.commit import commit_with_retries
 from berth.service.placing.decider import Attempt, Plan
 from berth.service.placing.errors import BadRequestError, NoPlacementError
@@ -66,6 +67,8 @@ class PlaceArgs:
     seed: int | None = None
     network: str | None = None
     """Take one IP per instance from this network (its cluster is then the only candidate)."""
+    why: int = 0
+    """Explain the choice, showing this many candidates per instance (`core.why`; 0: no)."""
 
     @property
     def set_key(self) -> str | None:
@@ -83,6 +86,7 @@ class Placed:
     decision_ms: float
     attempts: int
     response: dict[str, Any] | None = None
+    why: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -92,6 +96,9 @@ class Choice:
     cluster: ClusterView
     decision: Decision
     evictions: tuple[str, ...] = ()
+    why: list[dict[str, Any]] | None = None
+    """With `PlaceArgs.why`: each instance's `core.why.InstanceWhy` as JSON data (None when
+    the placement evicted: the least-damage plan chose the host, not the weighers)."""
 
 
 def place(
@@ -175,6 +182,7 @@ class PlainDecider:
             CommitResult(),
             decision_ms,
             attempt.number,
+            why=choice.why,
         )
         return Plan(
             placed,
@@ -221,6 +229,12 @@ def choose(views: Replica, args: PlaceArgs, busy: frozenset[str] = frozenset()) 
     for view in clusters:
         request = _cluster_request(view, args, ids, seed, busy)
         try:
+            if args.why:
+                recorder = WhyRecorder(views.scheduler, request, args.why)
+                decision = views.scheduler.select_destinations(
+                    view.table, request, now, why=recorder
+                )
+                return Choice(view, decision, why=[w.to_dict() for w in recorder.instances])
             return Choice(view, views.scheduler.select_destinations(view.table, request, now))
         except NoValidHost as exc:
             diagnoses[view.name] = exc.diagnosis.to_dict()

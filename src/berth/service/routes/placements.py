@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 
 from berth.service import schemas as s
@@ -83,6 +83,7 @@ def _placement_out(replica: Replica, args: PlaceArgs, placed: Placed) -> dict[st
         "evicted": placed.evicted,
         "decision_ms": round(placed.decision_ms, 3),
         "attempts": placed.attempts,
+        **({"why": placed.why} if args.why else {}),
     }
 
 
@@ -119,7 +120,7 @@ def _network_cluster(store: Store, body: s.PlacementIn) -> str | None:
     return net["cluster"]
 
 
-def _place_args(store: Store, body: s.PlacementIn, project: str) -> PlaceArgs:
+def _place_args(store: Store, body: s.PlacementIn, project: str, why: int = 0) -> PlaceArgs:
     """The replica's arguments for the request: its image looked up, its network's cluster."""
     image = None
     if body.image is not None:
@@ -145,6 +146,7 @@ def _place_args(store: Store, body: s.PlacementIn, project: str) -> PlaceArgs:
         business_type=body.business_type,
         seed=body.seed,
         network=body.network,
+        why=why,
     )
 
 
@@ -162,8 +164,19 @@ def create_placement(
     metrics: MetricsDep,
     clouds: CloudsDep,
     idempotency_key: IdempotencyKey = None,
+    why: Annotated[
+        bool,
+        Query(
+            description="Also answer why each host won: every weigher's part of the scores "
+            "(docs/why.md)"
+        ),
+    ] = False,
+    why_top: Annotated[int, Query(ge=2, le=50, description="Candidates shown with `why`")] = 3,
 ) -> Any:
     """Choose hosts for `count` instances (all or nothing) and claim them.
+
+    With `?why=true` the answer carries `why`: per instance, the winner's and the next
+    candidates' scores weigher by weigher, the deciding weigher and ties (docs/why.md).
 
     With an `Idempotency-Key`, a retried request returns the first answer and never
     places twice (the key is stored in the claim's own transaction). In a cluster Berth
@@ -173,7 +186,7 @@ def create_placement(
     deny_reader(p, "place instances")
     started = time.perf_counter()
     project = p.project_for(body.project)
-    args = _place_args(store, body, project)
+    args = _place_args(store, body, project, why_top if why else 0)
     with one_at_a_time(p, idempotency_key):
         idem, replayed = idempotent(
             store, p, idempotency_key, {**body.model_dump(mode="json"), "project": project}
