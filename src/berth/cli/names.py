@@ -20,3 +20,4 @@ class BusinessChoice(StrEnum):
     ON_DEMAND = "on-demand"
     AUTO_SCALING = "auto-scaling"
     PREEMPTIBLE = "preemptible"
+    ELASTIC = "elastic"

@@ -134,7 +134,7 @@ def schedule(
     count: Annotated[int, typer.Option("--count", "-n", min=1, max=1000)] = 1,
     business: Annotated[
         BusinessChoice,
-        typer.Option("--business", "-b", help="on-demand, auto-scaling, preemptible."),
+        typer.Option("--business", "-b", help="on-demand, auto-scaling, preemptible, elastic."),
     ] = BusinessChoice.ON_DEMAND,
     deployment_set: Annotated[
         str | None, typer.Option("--deployment-set", "-d", help="Deployment set name.")
