@@ -94,7 +94,7 @@ class OpenStackCloud:
         hosts = reading.nova_hosts(self.conn)
         cat = reading.catalogue(self.conn)
         bodies = reading.servers(self.conn)
-        members = {m: g["id"] for g in cat["groups"] for m in g.get("members") or []}
+        members = reading.members_of(cat["groups"])
         return FleetParts(
             prefix=self._prefix,
             providers=providers,
@@ -107,8 +107,10 @@ class OpenStackCloud:
         )
 
     def servers(self) -> list[Server]:
+        """Every server, with its server group (Nova's listing has none: one more GET)."""
+        members = reading.group_members(self.conn)
         return sorted(
-            (server_from_api(b, self._prefix) for b in reading.servers(self.conn)),
+            (server_from_api(b, self._prefix, members) for b in reading.servers(self.conn)),
             key=lambda s: s.id,
         )
 

@@ -8,7 +8,7 @@ provider costs four GETs; they run on a small thread pool.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -103,9 +103,22 @@ def compute_services(conn: Connection) -> list[Mapping[str, Any]]:
     return list(compute_get(conn, "/os-services", binary="nova-compute")["services"])
 
 
+def server_groups(conn: Connection) -> list[Mapping[str, Any]]:
+    return list(compute_get(conn, "/os-server-groups", all_projects=True)["server_groups"])
+
+
+def members_of(groups: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Server id -> its server group's id."""
+    return {m: g["id"] for g in groups for m in g.get("members") or []}
+
+
+def group_members(conn: Connection) -> dict[str, str]:
+    return members_of(server_groups(conn))
+
+
 def catalogue(conn: Connection) -> dict[str, list[Mapping[str, Any]]]:
     return {
         "aggregates": compute_get(conn, "/os-aggregates")["aggregates"],
         "flavors": list(paged(conn, "/flavors/detail", "flavors", is_public="None")),
-        "groups": compute_get(conn, "/os-server-groups", all_projects=True)["server_groups"],
+        "groups": server_groups(conn),
     }
