@@ -20,6 +20,7 @@ import pytest
 
 from berth.cloud.driver import CloudError
 from berth.cloud.openstack import from_stack
+from berth.cloud.openstack.reading import placement_get
 from berth.policy.model import Policy
 from berth.policy.outcome import Placement, ScheduleRequest
 from berth.service.clouds.booting import BootTarget
@@ -40,7 +41,9 @@ POLICY = Policy.model_validate(
             {"name": "m1.tiny", "family": "compute", "vcpus": 1, "memory_mb": 512, "root_gb": 1}
         ],
         "variants": [{"name": "plain", "suffix": ""}],
-        "business": {"on-demand": {"variants": ["plain"]}},
+        "business": {
+            kind: {"variants": ["plain"]} for kind in ("on-demand", "auto-scaling", "preemptible")
+        },
     }
 )
 
@@ -149,20 +152,17 @@ def _claims(env: CloudEnv, cluster: str, names: Iterable[str]) -> dict[str, str]
 
 
 def _allocations(env: CloudEnv, cluster: str) -> dict[str, str]:
-    """Placement's allocations: instance (server name) -> Berth's host name of the provider."""
+    """Placement's allocations: instance (server name) -> Berth's host name of the provider
+    (one GET per provider, not per server)."""
     driver: Any = env.clouds.registry.get(cluster)
-    conn = driver.conn
-    names = {rp.id: rp.name for rp in conn.placement.resource_providers()}
+    name_of = {s.id: s.name for s in driver.servers()}
     out = {}
-    for s in driver.servers():
-        resp = conn.session.get(
-            f"{driver.config.placement}/allocations/{s.id}",
-            headers={"OpenStack-API-Version": "placement 1.39"},
-            endpoint_filter=None,
-        )
-        allocs = resp.json().get("allocations", {})
-        for rp in allocs:
-            out[s.name] = driver.config.prefix + names[rp].split(".")[0]
+    for rp in _placement(driver, "/resource_providers")["resource_providers"]:
+        host = driver.config.prefix + rp["name"].split(".")[0]
+        allocs = _placement(driver, f"/resource_providers/{rp['uuid']}/allocations")
+        for consumer in allocs["allocations"]:
+            if consumer in name_of:
+                out[name_of[consumer]] = host
     return out
 
 
@@ -179,12 +179,7 @@ def test_two_clusters_join_and_berth_holds_their_hosts(berth, stack):
 
 
 def _placement(driver: Any, path: str) -> Any:
-    resp = driver.conn.session.get(
-        f"{driver.config.placement}{path}",
-        headers={"OpenStack-API-Version": "placement 1.39"},
-        endpoint_filter=None,
-    )
-    return resp.json()
+    return placement_get(driver.conn, path)
 
 
 def test_berths_capacity_equals_placements(berth, stack):
@@ -215,14 +210,19 @@ def test_servers_land_on_the_hosts_berth_chose(berth, stack):
     names = [entry["name"] for entry in stack]
     chosen: dict[str, dict[str, str]] = {name: {} for name in names}
     flavors = {name: _flavor(env, name) for name in names}
+
+    def fill(name: str) -> None:
+        """50 servers in placements of 10 (the clusters' own APIs work in parallel)."""
+        for _ in range(5):
+            env.clouds.poll(name)  # what the feed thread does between requests
+            r = env.place(name, 10, flavor=flavors[name])
+            assert r.status_code == 201, r.text
+            chosen[name].update({i["id"]: i["host"] for i in r.json()["instances"]})
+
     started = time.perf_counter()
     try:
-        for _ in range(5):
-            for name in names:
-                env.clouds.poll(name)  # what the feed thread does between requests
-                r = env.place(name, 10, flavor=flavors[name])
-                assert r.status_code == 201, r.text
-                chosen[name].update({i["id"]: i["host"] for i in r.json()["instances"]})
+        with ThreadPoolExecutor(len(names)) as pool:
+            list(pool.map(fill, names))
         accepted = time.perf_counter() - started
         for name in names:
             _settle(env, name, timeout=300)
@@ -388,6 +388,9 @@ def test_schedule_boots_in_a_driven_cluster_falls_back_and_releases(berth, stack
     driver = env.clouds.registry.get(cluster)
     assert driver is not None
     env.clouds.poll(cluster)
+    net = {"name": "net-rack-a", "cluster": cluster, "cidr": "10.13.0.0/24", "total": 250}
+    r = env.post("/v1/networks", net)  # the pipeline places where a network has the IPs
+    assert r.status_code == 201, r.text
     ask = {"region": "r1", "flavor": "m1.tiny", "count": 1, "seed": 7}
     sel = _decide(env, ScheduleRequest(**ask)).decision.selections[0]
     assert sel.alternates  # rack A has two hosts

@@ -3,12 +3,13 @@
 Listings go through the SDK's service proxies (keystoneauth sessions with the microversion
 pinned), kept as the API's JSON so that the pure mapping (`fleet`, `servers`) can be tested on
 recorded answers. Placement has no call that returns providers with their inventories, so each
-provider costs four GETs; they run on a small thread pool.
+provider costs two GETs (inventories, allocations); traits and aggregates are listed per trait
+and per aggregate; they all run on a small thread pool.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -20,18 +21,31 @@ from berth.cloud.openstack.fleet import NovaHost, Provider
 
 PAGE = 1000
 PLACEMENT_THREADS = 8
+GET_RETRIES = 2
+"""A GET whose connection fails is sent again (a keep-alive connection the server closed
+just as it was reused resets; a GET changes nothing, so sending it again is safe)."""
 
 
 def compute_get(conn: Connection, path: str, **params: Any) -> Any:
     with calling(f"GET {path}"):
-        resp = conn.compute.get(path, params=params or None, microversion=COMPUTE_MICROVERSION)
+        resp = conn.compute.get(
+            path,
+            params=params or None,
+            microversion=COMPUTE_MICROVERSION,
+            connect_retries=GET_RETRIES,
+        )
         resp.raise_for_status()
         return resp.json()
 
 
 def placement_get(conn: Connection, path: str, **params: Any) -> Any:
     with calling(f"GET {path}"):
-        resp = conn.placement.get(path, params=params or None, microversion=PLACEMENT_MICROVERSION)
+        resp = conn.placement.get(
+            path,
+            params=params or None,
+            microversion=PLACEMENT_MICROVERSION,
+            connect_retries=GET_RETRIES,
+        )
         resp.raise_for_status()
         return resp.json()
 
@@ -50,25 +64,74 @@ def paged(conn: Connection, path: str, key: str, **params: Any) -> Iterator[Mapp
         marker = items[-1]["id"]
 
 
-def providers(conn: Connection, threads: int = PLACEMENT_THREADS) -> list[Provider]:
-    listed = placement_get(conn, "/resource_providers")["resource_providers"]
+def providers(
+    conn: Connection, aggregates: Sequence[str] | None = None, threads: int = PLACEMENT_THREADS
+) -> list[Provider]:
+    """Every resource provider with its inventories, allocations, traits and aggregates.
 
-    def one(rp: Mapping[str, Any]) -> Provider:
-        base = f"/resource_providers/{rp['uuid']}"
-        allocations = placement_get(conn, f"{base}/allocations")["allocations"]
-        return Provider(
-            uuid=rp["uuid"],
-            name=rp["name"],
-            root=rp.get("root_provider_uuid") or rp["uuid"],
-            parent=rp.get("parent_provider_uuid"),
-            inventories=placement_get(conn, f"{base}/inventories")["inventories"],
-            traits=placement_get(conn, f"{base}/traits")["traits"],
-            aggregates=placement_get(conn, f"{base}/aggregates")["aggregates"],
-            allocations={c: dict(a["resources"]) for c, a in allocations.items()},
-        )
+    Placement has no call that lists inventories or allocations of many providers, so each
+    provider costs those two GETs (on a thread pool). Traits and aggregates are read the other
+    way round when that takes fewer calls: the providers having each trait in use
+    (`GET /traits?associated=true`, then `GET /resource_providers?required=T`), and the members
+    of each aggregate Nova knows (`aggregates`: their UUIDs; `?member_of=A`). An aggregate only
+    Placement knows (not one of Nova's host aggregates) is then not seen: Nova does not
+    schedule by it either (docs/openstack.md). `aggregates=None`: each provider's own.
+    """
+    listed = placement_get(conn, "/resource_providers")["resource_providers"]
+    uuids = [rp["uuid"] for rp in listed]
+
+    def get(path: str, key: str, **params: Any) -> Any:
+        return placement_get(conn, path, **params)[key]
 
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        return list(pool.map(one, listed))
+        inventories = [
+            pool.submit(get, f"/resource_providers/{u}/inventories", "inventories") for u in uuids
+        ]
+        allocations = [
+            pool.submit(get, f"/resource_providers/{u}/allocations", "allocations") for u in uuids
+        ]
+        in_use = get("/traits", "traits", associated="true")
+        traits = _members(pool, get, uuids, "traits", "required", in_use)
+        aggs = _members(pool, get, uuids, "aggregates", "member_of", aggregates)
+        out = []
+        for rp, inv, alloc in zip(listed, inventories, allocations, strict=True):
+            out.append(
+                Provider(
+                    uuid=rp["uuid"],
+                    name=rp["name"],
+                    root=rp.get("root_provider_uuid") or rp["uuid"],
+                    parent=rp.get("parent_provider_uuid"),
+                    inventories=inv.result(),
+                    traits=sorted(traits[rp["uuid"]]),
+                    aggregates=sorted(aggs[rp["uuid"]]),
+                    allocations={c: dict(a["resources"]) for c, a in alloc.result().items()},
+                )
+            )
+        return out
+
+
+def _members(
+    pool: ThreadPoolExecutor,
+    get: Callable[..., Any],
+    uuids: Sequence[str],
+    what: str,
+    query: str,
+    names: Sequence[str] | None,
+) -> dict[str, list[str]]:
+    """Provider uuid -> its traits or aggregates: one listing per name when there are fewer
+    names than providers, else one GET per provider."""
+    if names is None or len(names) >= len(uuids):
+        per = [pool.submit(get, f"/resource_providers/{u}/{what}", what) for u in uuids]
+        return {u: list(f.result()) for u, f in zip(uuids, per, strict=True)}
+    out: dict[str, list[str]] = {u: [] for u in uuids}
+    having = [
+        pool.submit(get, "/resource_providers", "resource_providers", **{query: n}) for n in names
+    ]
+    for name, f in zip(names, having, strict=True):
+        for rp in f.result():
+            if rp["uuid"] in out:  # one made since the first listing is left for the next import
+                out[rp["uuid"]].append(name)
+    return out
 
 
 def nova_hosts(conn: Connection) -> list[NovaHost]:
