@@ -22,6 +22,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -157,7 +158,7 @@ def populate(conn: Any, count: int, aggregates: list[str], threads: int = 4) -> 
 
     def one(i: int) -> None:
         rp = str(uuid.uuid4())
-        body = {"name": f"rp{i:05d}", "uuid": rp}
+        body: dict[str, Any] = {"name": f"rp{i:05d}", "uuid": rp}
         conn.placement.post("/resource_providers", json=body, **mv).raise_for_status()
         inv = {
             "inventories": {
@@ -242,12 +243,13 @@ def placement_only(count: int, workers: int, repeats: int = 3) -> dict[str, floa
             populate(conn, count, aggregates, threads=1)  # SQLite: one writer at a time
             out = {"create": time.perf_counter() - t0}
             want = None
-            for label, read in (
+            readers: list[tuple[str, Callable[[], list[Provider]]]] = [
                 ("per_provider_1", lambda: per_provider(conn, threads=1)),
                 ("per_provider_8", lambda: per_provider(conn, threads=8)),
                 ("bulk_1", lambda: providers(conn, aggregates, threads=1)),
                 ("bulk_8", lambda: providers(conn, aggregates, threads=8)),
-            ):
+            ]
+            for label, read in readers:
                 times = []
                 for _ in range(repeats):
                     t0 = time.perf_counter()

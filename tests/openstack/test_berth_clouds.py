@@ -254,13 +254,19 @@ def test_servers_land_on_the_hosts_berth_chose(berth, stack):
             _clean(env, name)
 
 
+_SMALLEST: dict[str, str] = {}
+
+
 def _flavor(env: CloudEnv, cluster: str) -> str:
-    """The smallest flavor the cluster offers."""
-    flavors = {f["name"]: f for f in env.get("/v1/flavors").json()}
-    driver = env.clouds.registry.get(cluster)
-    assert driver is not None
-    offered = [f.name for f in driver.inventory().flavors if f.name in flavors]
-    return min(offered, key=lambda n: (flavors[n]["vcpus"], flavors[n]["memory_mb"]))
+    """The smallest flavor the cluster offers (its import read once per module)."""
+    if cluster not in _SMALLEST:
+        flavors = {f["name"]: f for f in env.get("/v1/flavors").json()}
+        driver = env.clouds.registry.get(cluster)
+        assert driver is not None
+        offered = [f.name for f in driver.inventory().flavors if f.name in flavors]
+        smallest = min(offered, key=lambda n: (flavors[n]["vcpus"], flavors[n]["memory_mb"]))
+        _SMALLEST[cluster] = smallest
+    return _SMALLEST[cluster]
 
 
 def test_a_refused_boot_falls_back_and_a_nova_delete_is_noticed(berth, stack):
