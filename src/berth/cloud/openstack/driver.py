@@ -28,7 +28,7 @@ from berth.cloud.openstack import reading
 from berth.cloud.openstack.config import COMPUTE_MICROVERSION, OpenStackConfig
 from berth.cloud.openstack.errors import calling, fault_kind
 from berth.cloud.openstack.feed import ChangeLog, NotificationListener
-from berth.cloud.openstack.fleet import FleetParts, build_fleet
+from berth.cloud.openstack.fleet import FleetParts, Provider, build_fleet
 from berth.cloud.openstack.servers import BERTH_NAME, BERTH_PROJECT, server_from_api
 from berth.core.model import Fleet
 
@@ -63,6 +63,7 @@ class OpenStackCloud:
         self._poll_seen: dict[str, str] = {}
         self._poll_services: dict[str, bool] = {}
         self._flavor_ids: dict[str, str] = {}
+        self._providers: dict[str, Provider] = {}  # the last import's, by uuid (generations)
         self._lock = threading.Lock()
         if notifications and config.transport_url:
             self._listener = NotificationListener(
@@ -97,7 +98,8 @@ class OpenStackCloud:
             listed = pool.submit(reading.servers, self.conn)
             cat = reading.catalogue(self.conn)
             aggregates = [a["uuid"] for a in cat["aggregates"] if a.get("uuid")]
-            providers = reading.providers(self.conn, aggregates)
+            providers = reading.providers(self.conn, aggregates, known=self._providers)
+            self._providers = {p.uuid: p for p in providers}
             hosts, bodies = nova_hosts.result(), listed.result()
         members = reading.members_of(cat["groups"])
         return FleetParts(

@@ -46,6 +46,7 @@ class Provider:
     traits: Sequence[str] = ()
     aggregates: Sequence[str] = ()
     allocations: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    generation: int | None = None
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,10 @@ def paged(conn: Connection, path: str, key: str, **params: Any) -> Iterator[Mapp
 
 
 def providers(
-    conn: Connection, aggregates: Sequence[str] | None = None, threads: int = PLACEMENT_THREADS
+    conn: Connection,
+    aggregates: Sequence[str] | None = None,
+    threads: int = PLACEMENT_THREADS,
+    known: Mapping[str, Provider] | None = None,
 ) -> list[Provider]:
     """Every resource provider with its inventories, allocations, traits and aggregates.
 
@@ -76,35 +79,54 @@ def providers(
     of each aggregate Nova knows (`aggregates`: their UUIDs; `?member_of=A`). An aggregate only
     Placement knows (not one of Nova's host aggregates) is then not seen: Nova does not
     schedule by it either (docs/openstack.md). `aggregates=None`: each provider's own.
+
+    `known`: providers read before; one whose generation has not moved is not read again
+    (Placement moves a provider's generation with every change of its inventories, traits,
+    aggregates or allocations).
     """
     listed = placement_get(conn, "/resource_providers")["resource_providers"]
-    uuids = [rp["uuid"] for rp in listed]
+    known = known or {}
+    same = {
+        rp["uuid"]: old
+        for rp in listed
+        if (old := known.get(rp["uuid"])) is not None
+        and old.generation is not None
+        and old.generation == rp.get("generation")
+    }
+    stale = [rp["uuid"] for rp in listed if rp["uuid"] not in same]
 
     def get(path: str, key: str, **params: Any) -> Any:
         return placement_get(conn, path, **params)[key]
 
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        inventories = [
-            pool.submit(get, f"/resource_providers/{u}/inventories", "inventories") for u in uuids
-        ]
-        allocations = [
-            pool.submit(get, f"/resource_providers/{u}/allocations", "allocations") for u in uuids
-        ]
-        in_use = get("/traits", "traits", associated="true")
-        traits = _members(pool, get, uuids, "traits", "required", in_use)
-        aggs = _members(pool, get, uuids, "aggregates", "member_of", aggregates)
+        inventories = {
+            u: pool.submit(get, f"/resource_providers/{u}/inventories", "inventories")
+            for u in stale
+        }
+        allocations = {
+            u: pool.submit(get, f"/resource_providers/{u}/allocations", "allocations")
+            for u in stale
+        }
+        in_use = get("/traits", "traits", associated="true") if stale else []
+        traits = _members(pool, get, stale, "traits", "required", in_use)
+        aggs = _members(pool, get, stale, "aggregates", "member_of", aggregates)
         out = []
-        for rp, inv, alloc in zip(listed, inventories, allocations, strict=True):
+        for rp in listed:
+            u = rp["uuid"]
+            old = same.get(u)
             out.append(
                 Provider(
-                    uuid=rp["uuid"],
+                    uuid=u,
                     name=rp["name"],
-                    root=rp.get("root_provider_uuid") or rp["uuid"],
+                    root=rp.get("root_provider_uuid") or u,
                     parent=rp.get("parent_provider_uuid"),
-                    inventories=inv.result(),
-                    traits=sorted(traits[rp["uuid"]]),
-                    aggregates=sorted(aggs[rp["uuid"]]),
-                    allocations={c: dict(a["resources"]) for c, a in alloc.result().items()},
+                    inventories=old.inventories if old else inventories[u].result(),
+                    traits=old.traits if old else sorted(traits[u]),
+                    aggregates=old.aggregates if old else sorted(aggs[u]),
+                    allocations=old.allocations
+                    if old
+                    else {c: dict(a["resources"]) for c, a in allocations[u].result().items()},
+                    generation=rp.get("generation"),
                 )
             )
         return out
@@ -120,6 +142,8 @@ def _members(
 ) -> dict[str, list[str]]:
     """Provider uuid -> its traits or aggregates: one listing per name when there are fewer
     names than providers, else one GET per provider."""
+    if not uuids:
+        return {}
     if names is None or len(names) >= len(uuids):
         per = [pool.submit(get, f"/resource_providers/{u}/{what}", what) for u in uuids]
         return {u: list(f.result()) for u, f in zip(uuids, per, strict=True)}
