@@ -67,7 +67,8 @@ def wait_empty(driver: Any, app: Any) -> None:
     ours = {r.server_id for r in app.state.store.list_servers(driver.cluster) if r.server_id}
 
     def mine() -> set[str]:
-        return {s.id for s in driver.servers() if s.id in ours or s.name == "nova-bench"}
+        # Nova names a multi-create's servers `<name>-<n>`
+        return {s.id for s in driver.servers() if s.id in ours or s.name.startswith("nova-bench")}
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(driver.delete, sorted(mine())))
@@ -100,9 +101,10 @@ def nova_run(driver: Any, entry: dict[str, Any], args: Any) -> float:
     """Seconds from one multi-create (Nova's scheduler chooses) to every server ACTIVE."""
     conn = driver.conn
     flavor = conn.compute.find_flavor(args.flavor)
+    name = f"nova-bench-{time.time_ns()}"
     started = time.perf_counter()
     conn.compute.create_server(
-        name="nova-bench",
+        name=name,
         flavor_id=flavor.id,
         image_id=entry["image_id"],
         networks="none",
@@ -110,7 +112,7 @@ def nova_run(driver: Any, entry: dict[str, Any], args: Any) -> float:
         max_count=args.servers,
     )
     while True:
-        servers = list(conn.compute.servers(details=True, name="nova-bench"))
+        servers = list(conn.compute.servers(details=True, name=name))
         if len(servers) == args.servers and all(s.status == "ACTIVE" for s in servers):
             return time.perf_counter() - started
         if any(s.status == "ERROR" for s in servers):
@@ -150,11 +152,13 @@ def main() -> None:
             client.post("/v1/clusters", json=body, headers=h).raise_for_status()
             driver = app.state.clouds.registry.get(entry["name"])
             berth, nova = [], []
-            for _ in range(args.runs):
+            wait_empty(driver, app)  # what an earlier, interrupted run left
+            for run in range(args.runs):
                 berth.append(berth_run(client, h, app, entry["name"], args))
                 wait_empty(driver, app)
                 nova.append(nova_run(driver, entry, args))
                 wait_empty(driver, app)
+                print(f"run {run}: Berth {berth[-1]:.1f} s, Nova {nova[-1]:.1f} s", flush=True)
         store.close()
     out = {
         "servers": args.servers,
