@@ -15,12 +15,16 @@ Prints medians over `--runs` and one JSON line (the last line of stdout).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import statistics
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -47,12 +51,31 @@ def stack() -> list[dict[str, Any]]:
     return clusters
 
 
-def wait_empty(driver: Any) -> None:
-    for s in driver.servers():
-        driver.delete(s.id)
+@contextlib.contextmanager
+def stack_turn() -> Iterator[None]:
+    """The stack's test lock (tests/openstack/conftest.py): no test boots or disables hosts
+    while the benchmark runs, and the benchmark's servers do not disturb a test."""
+    home = Path(os.environ.get("BERTH_OPENSTACK_HOME", Path.home() / ".cache/berth-openstack"))
+    with (home / "tests.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def wait_empty(driver: Any, app: Any) -> None:
+    """Delete the benchmark's servers (Berth's and Nova's runs'; others' are left alone) and
+    wait until they are gone; then Berth reconciles (releases their claims)."""
+    ours = {r.server_id for r in app.state.store.list_servers(driver.cluster) if r.server_id}
+
+    def mine() -> set[str]:
+        # Nova names a multi-create's servers `<name>-<n>`
+        return {s.id for s in driver.servers() if s.id in ours or s.name.startswith("nova-bench")}
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(driver.delete, sorted(mine())))
     deadline = time.monotonic() + 120
-    while driver.servers() and time.monotonic() < deadline:
+    while mine() and time.monotonic() < deadline:
         time.sleep(0.5)
+    app.state.clouds.reconcile(driver.cluster)
 
 
 def berth_run(client: TestClient, h: dict[str, str], app: Any, name: str, args: Any) -> float:
@@ -78,9 +101,10 @@ def nova_run(driver: Any, entry: dict[str, Any], args: Any) -> float:
     """Seconds from one multi-create (Nova's scheduler chooses) to every server ACTIVE."""
     conn = driver.conn
     flavor = conn.compute.find_flavor(args.flavor)
+    name = f"nova-bench-{time.time_ns()}"
     started = time.perf_counter()
     conn.compute.create_server(
-        name="nova-bench",
+        name=name,
         flavor_id=flavor.id,
         image_id=entry["image_id"],
         networks="none",
@@ -88,7 +112,7 @@ def nova_run(driver: Any, entry: dict[str, Any], args: Any) -> float:
         max_count=args.servers,
     )
     while True:
-        servers = list(conn.compute.servers(details=True, name="nova-bench"))
+        servers = list(conn.compute.servers(details=True, name=name))
         if len(servers) == args.servers and all(s.status == "ACTIVE" for s in servers):
             return time.perf_counter() - started
         if any(s.status == "ERROR" for s in servers):
@@ -105,7 +129,7 @@ def main() -> None:
     args = ap.parse_args()
     entry = stack()[0]
     os.environ[TOKEN_VAR] = entry["token"]
-    with tempfile.TemporaryDirectory() as tmp:
+    with stack_turn(), tempfile.TemporaryDirectory() as tmp:
         store = Store.open(f"sqlite:///{tmp}/berth.db")
         store.add_region("r1")
         app = create_app(ServiceConfig(db_url=str(store.engine.url)), store=store, background=False)
@@ -128,15 +152,13 @@ def main() -> None:
             client.post("/v1/clusters", json=body, headers=h).raise_for_status()
             driver = app.state.clouds.registry.get(entry["name"])
             berth, nova = [], []
-            for _ in range(args.runs):
-                wait_empty(driver)
-                app.state.clouds.reconcile(entry["name"])
+            wait_empty(driver, app)  # what an earlier, interrupted run left
+            for run in range(args.runs):
                 berth.append(berth_run(client, h, app, entry["name"], args))
-                wait_empty(driver)
-                app.state.clouds.reconcile(entry["name"])
+                wait_empty(driver, app)
                 nova.append(nova_run(driver, entry, args))
-            wait_empty(driver)
-            app.state.clouds.reconcile(entry["name"])
+                wait_empty(driver, app)
+                print(f"run {run}: Berth {berth[-1]:.1f} s, Nova {nova[-1]:.1f} s", flush=True)
         store.close()
     out = {
         "servers": args.servers,

@@ -19,14 +19,33 @@ from typing import Any
 import pytest
 
 from berth.cloud.driver import CloudError
+from berth.cloud.openstack import from_stack
+from berth.cloud.openstack.reading import placement_get
+from berth.policy.model import Policy
+from berth.policy.outcome import Placement, ScheduleRequest
 from berth.service.clouds.booting import BootTarget
 from berth.service.clouds.claiming import Claim
 from berth.service.placing.plain import PlaceArgs, choose, place
+from berth.service.policy_topology import policy_view
 from tests.service.cloudenv import CloudEnv, make_cloud_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.openstack]
 
 TOKEN_VAR = "BERTH_TEST_OPENSTACK_TOKEN"
+
+POLICY = Policy.model_validate(
+    {  # /v1/schedule's pipeline: m1.tiny (as Nova has it) in the hosts of rack A (cluster1)
+        "pools": [{"name": "rack-a", "traits": ["CUSTOM_RACK_A"]}],
+        "families": [{"name": "compute", "pool": "rack-a"}],
+        "flavors": [
+            {"name": "m1.tiny", "family": "compute", "vcpus": 1, "memory_mb": 512, "root_gb": 1}
+        ],
+        "variants": [{"name": "plain", "suffix": ""}],
+        "business": {
+            kind: {"variants": ["plain"]} for kind in ("on-demand", "auto-scaling", "preemptible")
+        },
+    }
+)
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +90,12 @@ def _clean(env: CloudEnv, cluster: str) -> None:
     env.clouds.reconcile(cluster)  # Berth releases the claims of the servers that went
 
 
+def _clean_all(env: CloudEnv, clusters: list[str]) -> None:
+    """`_clean` in every cluster at once (each cluster's computes delete in parallel)."""
+    with ThreadPoolExecutor(len(clusters)) as pool:
+        list(pool.map(lambda name: _clean(env, name), clusters))
+
+
 @pytest.fixture(scope="module")
 def berth(
     stack: list[dict[str, Any]], tmp_path_factory: pytest.TempPathFactory
@@ -79,7 +104,7 @@ def berth(
     url = f"sqlite:///{tmp_path_factory.mktemp('berth-os') / 'berth.db'}"
     # a build Nova leaves in BUILD (its conductor out of database connections on a busy
     # machine) is given up after 2 minutes and booted on an alternate, as the service would
-    env = make_cloud_env(url, grace=0.0, build_timeout=120.0)
+    env = make_cloud_env(url, grace=0.0, build_timeout=120.0, policy=POLICY)
     for entry in stack:
         r = env.post(
             "/v1/clusters",
@@ -91,8 +116,7 @@ def berth(
         )
         assert r.status_code == 201, r.text
     yield env, url
-    for entry in stack:
-        _clean(env, entry["name"])
+    _clean_all(env, [entry["name"] for entry in stack])
     env.close()
 
 
@@ -133,20 +157,17 @@ def _claims(env: CloudEnv, cluster: str, names: Iterable[str]) -> dict[str, str]
 
 
 def _allocations(env: CloudEnv, cluster: str) -> dict[str, str]:
-    """Placement's allocations: instance (server name) -> Berth's host name of the provider."""
+    """Placement's allocations: instance (server name) -> Berth's host name of the provider
+    (one GET per provider, not per server)."""
     driver: Any = env.clouds.registry.get(cluster)
-    conn = driver.conn
-    names = {rp.id: rp.name for rp in conn.placement.resource_providers()}
+    name_of = {s.id: s.name for s in driver.servers()}
     out = {}
-    for s in driver.servers():
-        resp = conn.session.get(
-            f"{driver.config.placement}/allocations/{s.id}",
-            headers={"OpenStack-API-Version": "placement 1.39"},
-            endpoint_filter=None,
-        )
-        allocs = resp.json().get("allocations", {})
-        for rp in allocs:
-            out[s.name] = driver.config.prefix + names[rp].split(".")[0]
+    for rp in _placement(driver, "/resource_providers")["resource_providers"]:
+        host = driver.config.prefix + rp["name"].split(".")[0]
+        allocs = _placement(driver, f"/resource_providers/{rp['uuid']}/allocations")
+        for consumer in allocs["allocations"]:
+            if consumer in name_of:
+                out[name_of[consumer]] = host
     return out
 
 
@@ -163,12 +184,7 @@ def test_two_clusters_join_and_berth_holds_their_hosts(berth, stack):
 
 
 def _placement(driver: Any, path: str) -> Any:
-    resp = driver.conn.session.get(
-        f"{driver.config.placement}{path}",
-        headers={"OpenStack-API-Version": "placement 1.39"},
-        endpoint_filter=None,
-    )
-    return resp.json()
+    return placement_get(driver.conn, path)
 
 
 def test_berths_capacity_equals_placements(berth, stack):
@@ -199,14 +215,19 @@ def test_servers_land_on_the_hosts_berth_chose(berth, stack):
     names = [entry["name"] for entry in stack]
     chosen: dict[str, dict[str, str]] = {name: {} for name in names}
     flavors = {name: _flavor(env, name) for name in names}
+
+    def fill(name: str) -> None:
+        """50 servers in placements of 10 (the clusters' own APIs work in parallel)."""
+        for _ in range(5):
+            env.clouds.poll(name)  # what the feed thread does between requests
+            r = env.place(name, 10, flavor=flavors[name])
+            assert r.status_code == 201, r.text
+            chosen[name].update({i["id"]: i["host"] for i in r.json()["instances"]})
+
     started = time.perf_counter()
     try:
-        for _ in range(5):
-            for name in names:
-                env.clouds.poll(name)  # what the feed thread does between requests
-                r = env.place(name, 10, flavor=flavors[name])
-                assert r.status_code == 201, r.text
-                chosen[name].update({i["id"]: i["host"] for i in r.json()["instances"]})
+        with ThreadPoolExecutor(len(names)) as pool:
+            list(pool.map(fill, names))
         accepted = time.perf_counter() - started
         for name in names:
             _settle(env, name, timeout=300)
@@ -233,18 +254,25 @@ def test_servers_land_on_the_hosts_berth_chose(berth, stack):
                 i: h for i, h in chosen[name].items() if i not in moved
             }
             assert all(tried[i][0]["host"] == chosen[name][i] for i in moved)
+        checked = time.perf_counter() - started
     finally:  # the hosts are small: the tests after this one need them empty again
-        for name in names:
-            _clean(env, name)
+        _clean_all(env, names)
+    print(f"checked at {checked:.1f} s, cleaned at {time.perf_counter() - started:.1f} s")
+
+
+_SMALLEST: dict[str, str] = {}
 
 
 def _flavor(env: CloudEnv, cluster: str) -> str:
-    """The smallest flavor the cluster offers."""
-    flavors = {f["name"]: f for f in env.get("/v1/flavors").json()}
-    driver = env.clouds.registry.get(cluster)
-    assert driver is not None
-    offered = [f.name for f in driver.inventory().flavors if f.name in flavors]
-    return min(offered, key=lambda n: (flavors[n]["vcpus"], flavors[n]["memory_mb"]))
+    """The smallest flavor the cluster offers (its import read once per module)."""
+    if cluster not in _SMALLEST:
+        flavors = {f["name"]: f for f in env.get("/v1/flavors").json()}
+        driver = env.clouds.registry.get(cluster)
+        assert driver is not None
+        offered = [f.name for f in driver.inventory().flavors if f.name in flavors]
+        smallest = min(offered, key=lambda n: (flavors[n]["vcpus"], flavors[n]["memory_mb"]))
+        _SMALLEST[cluster] = smallest
+    return _SMALLEST[cluster]
 
 
 def test_a_refused_boot_falls_back_and_a_nova_delete_is_noticed(berth, stack):
@@ -350,3 +378,119 @@ def test_restart_between_intent_and_boot_then_leave_keeps_servers(berth, stack):
     finally:
         other.client.__exit__(None, None, None)
         other.store.close()
+
+
+def _decide(env: CloudEnv, request: ScheduleRequest) -> Placement:
+    """The pipeline's decision now, without committing it (what /v1/schedule will choose)."""
+    replica = env.app.state.replica
+    view = policy_view(replica)
+    assert view is not None
+    replica.sync()
+    with view.lock, replica.lock:
+        outcome = view.engine.decide(request, replica.clock())
+    assert isinstance(outcome, Placement), outcome
+    return outcome
+
+
+def test_schedule_boots_in_a_driven_cluster_falls_back_and_releases(berth, stack):
+    """/v1/schedule in a cluster Berth drives boots like /v1/placements: on the pipeline's
+    host, an alternate when Nova fails the build there, the claim released when none boots."""
+    env, _ = berth
+    cluster = stack[0]["name"]
+    driver = env.clouds.registry.get(cluster)
+    assert driver is not None
+    env.clouds.poll(cluster)
+    net = {"name": "net-rack-a", "cluster": cluster, "cidr": "10.13.0.0/24", "total": 250}
+    r = env.post("/v1/networks", net)  # the pipeline places where a network has the IPs
+    assert r.status_code == 201, r.text
+    ask = {"region": "r1", "flavor": "m1.tiny", "count": 1, "seed": 7}
+    sel = _decide(env, ScheduleRequest(**ask)).decision.selections[0]
+    assert sel.alternates  # rack A has two hosts
+    driver.set_host_enabled(sel.host, False, "berth test: refuse")  # Berth has not heard
+    try:
+        r = env.post("/v1/schedule", ask)
+        assert r.status_code == 201, r.text
+        body = r.json()
+        assert (body["cluster"], body["pool"]) == (cluster, "rack-a")
+        (inst,) = body["instances"]
+        assert inst["server"]["server_id"]  # booted, not only recorded
+        _settle(env, cluster)
+        shown = env.get(f"/v1/instances/{inst['id']}").json()
+        assert shown["host"] == sel.alternates[0]
+        assert shown["server"]["tried"][0]["host"] == sel.host
+        want = {inst["id"]: sel.alternates[0]}
+        assert _nova(env, cluster, want) == want == _claims(env, cluster, want)
+        assert {k: _allocations(env, cluster).get(k) for k in want} == want
+        # both hosts of the pool fail the build: the claim is released, no server is left
+        driver.set_host_enabled(sel.alternates[0], False, "berth test: refuse")
+        r = env.post("/v1/schedule", {**ask, "seed": 8})
+        assert r.status_code == 201, r.text
+        (lost,) = r.json()["instances"]
+        _settle(env, cluster)
+        record = env.get(f"/v1/clusters/{cluster}/servers?state=failed").json()
+        assert lost["id"] in {x["instance_id"] for x in record}
+        assert lost["id"] not in env.claims(cluster)
+        assert _nova(env, cluster, [lost["id"]]) == {}
+    finally:
+        for host in (sel.host, *sel.alternates[:1]):
+            driver.set_host_enabled(host, True)
+        _clean(env, cluster)
+
+
+def test_nova_server_groups_become_deployment_sets(stack, tmp_path):
+    """A server group made and booted into through Nova's API is, after a join, a deployment
+    set of its project with its members, and Berth keeps its policy."""
+    entry = stack[1]
+    nova = from_stack(entry, notifications=False)
+    conn = nova.conn
+    anti = conn.compute.create_server_group(name="t-anti", policy="anti-affinity")
+    soft = conn.compute.create_server_group(name="t-soft", policy="soft-affinity")
+    flavor = conn.compute.find_flavor("m1.tiny", ignore_missing=False)
+    members = [
+        conn.compute.create_server(
+            name=f"t-member-{i}",
+            flavor_id=flavor.id,
+            image_id=entry["image_id"],
+            networks="none",
+            scheduler_hints={"group": anti.id},
+        ).id
+        for i in range(len(entry["hosts"]))
+    ]
+    other = None
+    try:
+        hosts = {nova.wait_for(sid, timeout=120).host for sid in members}
+        assert len(hosts) == len(entry["hosts"])  # Nova kept them apart
+        other = make_cloud_env(f"sqlite:///{tmp_path / 'berth.db'}")
+        r = other.post(
+            "/v1/clusters",
+            {
+                "name": entry["name"],
+                "region": "r1",
+                "driver": {"kind": "openstack", "config": config_of(entry)},
+            },
+        )
+        assert r.status_code == 201, r.text
+        sets = {g["id"]: g for g in other.get("/v1/deployment-sets?project=admin").json()}
+        assert sets[anti.id]["policy"] == "anti-affinity"
+        assert sets[anti.id]["members"] == len(members)
+        assert sets[anti.id]["max_per_host"] == 1
+        assert sets[soft.id]["policy"] == "soft-affinity"
+        assert sets[soft.id]["members"] == 0
+        for sid in members:
+            shown = other.get(f"/v1/instances/{sid}").json()
+            assert (shown["deployment_set"], shown["project"]) == (anti.id, "admin")
+        # every host has a member: Berth places no more in the set, as Nova would not
+        r = other.place(entry["name"], 1, flavor="m1.tiny", deployment_set=anti.id, project="admin")
+        assert r.status_code == 409, r.text
+    finally:
+        if other is not None:
+            other.close()
+        for sid in members:
+            with contextlib.suppress(Exception):
+                conn.compute.delete_server(sid)
+        deadline = time.monotonic() + 60
+        while set(members) & {s.id for s in nova.servers()} and time.monotonic() < deadline:
+            time.sleep(0.5)
+        for g in (anti, soft):
+            conn.compute.delete_server_group(g)
+        nova.close()

@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 
 from berth.cloud.simulated import SimulatedCloud
 from berth.core.model import Fleet, Instance
+from berth.policy.model import Policy
 from berth.service.app import create_app
 from berth.service.clouds.service import CloudService
 from berth.service.config import ServiceConfig
@@ -111,7 +112,12 @@ def servers(cloud: SimulatedCloud) -> dict[str, str]:
 
 
 def make_cloud_env(
-    url: str, *, grace: float = 0.0, replica: str = "r1", build_timeout: float = 600.0
+    url: str,
+    *,
+    grace: float = 0.0,
+    replica: str = "r1",
+    build_timeout: float = 600.0,
+    policy: Policy | None = None,
 ) -> CloudEnv:
     store = Store.open(url, replica=replica)
     if "r1" not in {r["name"] for r in store.list_regions()}:
@@ -122,6 +128,7 @@ def make_cloud_env(
         token_cache_ttl=0.0,
         cloud_boot_grace=grace,
         cloud_build_timeout=build_timeout,
+        policy=policy,
     )
     app = create_app(config, store=store, background=False)
     token = store.create_token("admin", "admin")[1]

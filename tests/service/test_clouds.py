@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from berth.cloud.driver import BootRequest
+from berth.core.model import GroupPolicy, Instance, ServerGroup
 from berth.service.placing.plain import PlaceArgs, choose, place
 from tests.service.cloudenv import CloudEnv, cloud_fleet, make_cloud_env, servers
 
@@ -379,3 +380,32 @@ def test_a_claim_released_while_its_intent_waits_boots_nothing(env: CloudEnv):
     env.clouds.reconcile("c1")
     assert servers(cloud) == {} == env.claims("c1")
     assert env.store.get_server(placed[0][0]).state == "failed"
+
+
+def test_join_makes_server_groups_deployment_sets_of_their_project(env: CloudEnv):
+    fleet = cloud_fleet("c1", n=3)
+    members = [
+        Instance(id=f"web-{i}", host=f"c1-h-{i}", flavor="p4", project="p1", server_group="g1")
+        for i in range(2)
+    ]
+    stranger = Instance(id="x-0", host="c1-h-2", flavor="p4", project="p2", server_group="g1")
+    fleet = fleet.model_copy(
+        update={
+            "server_groups": [
+                ServerGroup(id="g1", policy=GroupPolicy.ANTI_AFFINITY, project="p1"),
+                ServerGroup(id="g2", policy=GroupPolicy.SOFT_AFFINITY),
+            ],
+            "instances": [*members, stranger],
+        }
+    )
+    env.join("c1", fleet)
+    sets = {(g["project"], g["id"]): g for g in env.get("/v1/deployment-sets").json()}
+    assert sets["p1", "g1"]["policy"] == "anti-affinity"
+    assert sets["p1", "g1"]["members"] == 2  # not the other project's server
+    assert sets["default", "g2"]["policy"] == "soft-affinity"
+    assert env.get("/v1/instances/web-0").json()["deployment_set"] == "g1"
+    assert env.get("/v1/instances/x-0").json()["deployment_set"] is None
+    # the set holds: one more anti-affinity member goes to the host without one
+    r = env.place("c1", 1, deployment_set="g1", project="p1")
+    assert r.status_code == 201, r.text
+    assert r.json()["instances"][0]["host"] == "c1-h-2"

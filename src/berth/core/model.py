@@ -140,6 +140,8 @@ class ServerGroup(_Strict):
     id: Name
     policy: GroupPolicy
     max_server_per_host: Annotated[int, BeforeValidator(not_bool), Field(ge=1, le=100_000)] = 1
+    project: Name | None = None
+    """The project that owns it (a store keeps deployment sets per project); None: unsaid."""
 
 
 class CellPlacement(_Strict):

@@ -6,6 +6,7 @@ import datetime as dt
 import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import openstack
@@ -27,7 +28,7 @@ from berth.cloud.openstack import reading
 from berth.cloud.openstack.config import COMPUTE_MICROVERSION, OpenStackConfig
 from berth.cloud.openstack.errors import calling, fault_kind
 from berth.cloud.openstack.feed import ChangeLog, NotificationListener
-from berth.cloud.openstack.fleet import FleetParts, build_fleet
+from berth.cloud.openstack.fleet import FleetParts, Provider, build_fleet
 from berth.cloud.openstack.servers import BERTH_NAME, BERTH_PROJECT, server_from_api
 from berth.core.model import Fleet
 
@@ -61,6 +62,8 @@ class OpenStackCloud:
         self._listener: NotificationListener | None = None
         self._poll_seen: dict[str, str] = {}
         self._poll_services: dict[str, bool] = {}
+        self._flavor_ids: dict[str, str] = {}
+        self._providers: dict[str, Provider] = {}  # the last import's, by uuid (generations)
         self._lock = threading.Lock()
         if notifications and config.transport_url:
             self._listener = NotificationListener(
@@ -90,11 +93,15 @@ class OpenStackCloud:
 
     def read_parts(self) -> FleetParts:
         """What `inventory` maps, as read (for tests and the benchmark)."""
-        providers = reading.providers(self.conn)
-        hosts = reading.nova_hosts(self.conn)
-        cat = reading.catalogue(self.conn)
-        bodies = reading.servers(self.conn)
-        members = {m: g["id"] for g in cat["groups"] for m in g.get("members") or []}
+        with ThreadPoolExecutor(2) as pool:  # Nova's listings while Placement is read
+            nova_hosts = pool.submit(reading.nova_hosts, self.conn)
+            listed = pool.submit(reading.servers, self.conn)
+            cat = reading.catalogue(self.conn)
+            aggregates = [a["uuid"] for a in cat["aggregates"] if a.get("uuid")]
+            providers = reading.providers(self.conn, aggregates, known=self._providers)
+            self._providers = {p.uuid: p for p in providers}
+            hosts, bodies = nova_hosts.result(), listed.result()
+        members = reading.members_of(cat["groups"])
         return FleetParts(
             prefix=self._prefix,
             providers=providers,
@@ -107,8 +114,10 @@ class OpenStackCloud:
         )
 
     def servers(self) -> list[Server]:
+        """Every server, with its server group (Nova's listing has none: one more GET)."""
+        members = reading.group_members(self.conn)
         return sorted(
-            (server_from_api(b, self._prefix) for b in reading.servers(self.conn)),
+            (server_from_api(b, self._prefix, members) for b in reading.servers(self.conn)),
             key=lambda s: s.id,
         )
 
@@ -124,16 +133,16 @@ class OpenStackCloud:
         return host[len(self._prefix) :]
 
     def _flavor_id(self, name: str) -> str:
-        try:
-            with calling(f"find flavor {name}"):
-                flavor = self.conn.compute.find_flavor(name, ignore_missing=False)
-        except CloudError as exc:
-            if exc.kind is CloudErrorKind.NOT_FOUND:
-                raise CloudError(
-                    CloudErrorKind.REFUSED, f"no flavor {name!r} in {self.cluster}"
-                ) from exc
-            raise
-        return str(flavor.id)
+        """Nova's id of the flavor `name`, from a cached listing (a boot then costs one call;
+        a boot that fails drops the cache, in case the flavor was made again)."""
+        found = self._flavor_ids.get(name)
+        if found is None:
+            listed = reading.paged(self.conn, "/flavors", "flavors", is_public="None")
+            self._flavor_ids = {f["name"]: str(f["id"]) for f in listed}
+            found = self._flavor_ids.get(name)
+        if found is None:
+            raise CloudError(CloudErrorKind.REFUSED, f"no flavor {name!r} in {self.cluster}")
+        return found
 
     def boot(self, request: BootRequest) -> Server:
         host = self.local_host(request.host)
@@ -154,8 +163,12 @@ class OpenStackCloud:
         }
         if request.server_group:
             attrs["scheduler_hints"] = {"group": request.server_group}
-        with calling(f"boot {request.name} on {request.host}"):
-            created = self.conn.compute.create_server(**attrs)
+        try:
+            with calling(f"boot {request.name} on {request.host}"):
+                created = self.conn.compute.create_server(**attrs)
+        except CloudError:
+            self._flavor_ids = {}
+            raise
         return Server(
             id=str(created.id),
             name=request.name,

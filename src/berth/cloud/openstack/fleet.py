@@ -46,6 +46,7 @@ class Provider:
     traits: Sequence[str] = ()
     aggregates: Sequence[str] = ()
     allocations: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    generation: int | None = None
 
 
 @dataclass(frozen=True)
@@ -130,13 +131,16 @@ def flavor_of(body: Mapping[str, Any], name: str | None = None) -> tuple[Flavor,
 
 
 def group_of(body: Mapping[str, Any]) -> ServerGroup:
-    """A server group (≥ 2.64: one `policy` and its `rules`)."""
+    """A server group (≥ 2.64: one `policy` and its `rules`) of its Nova project (a Berth
+    deployment set belongs to a project; a project id Berth cannot name is `default`)."""
     policy = body.get("policy") or (body.get("policies") or ["anti-affinity"])[0]
     rules = body.get("rules") or {}
+    project = str(body.get("project_id") or "")
     return ServerGroup(
         id=body["id"],
         policy=GroupPolicy(policy),
         max_server_per_host=int(rules.get("max_server_per_host", 1)),
+        project=project if is_ident(project) else "default",
     )
 
 
@@ -249,7 +253,7 @@ def build_fleet(parts: FleetParts) -> Fleet:
     hosts, aggregates, rp_of = _hosts(parts)
     flavors, aliases, of_server = _flavors(parts)
     groups = [group_of(g) for g in parts.groups]
-    group_ids = {g.id for g in groups}
+    group_project = {g.id: g.project for g in groups}
     known = set(rp_of)
     instances: list[Instance] = []
     placed: set[str] = set()
@@ -260,13 +264,16 @@ def build_fleet(parts: FleetParts) -> Fleet:
         if flavor not in flavors:
             continue
         placed.add(s.id)
+        project = s.project if is_ident(s.project) else "default"
         instances.append(
             Instance(
                 id=instance_id(s),
                 host=s.host,
                 flavor=flavor,
-                project=s.project if is_ident(s.project) else "default",
-                server_group=s.server_group if s.server_group in group_ids else None,
+                project=project,
+                server_group=s.server_group
+                if s.server_group is not None and group_project.get(s.server_group) == project
+                else None,  # a member of another project's group is not in Berth's set
             )
         )
     foreign, pseudo = _foreign(parts, rp_of, placed)

@@ -15,7 +15,13 @@ from berth.service.clouds.errors import ClaimRefusedError
 from berth.service.replica import Replica
 from berth.store.errors import GenerationConflictError, PlanRejectedError
 from berth.store.footprint import to_named
-from berth.store.repo import CommitResult, HostCapacity, InstanceRow, NewInstance
+from berth.store.repo import (
+    CommitResult,
+    HostCapacity,
+    InstanceRow,
+    NewInstance,
+    instance_set_key,
+)
 
 ATTEMPTS = 4
 
@@ -51,14 +57,16 @@ class Claim:
         )
 
 
-def claim_on(replica: Replica, claim: Claim, host: str) -> CommitResult:
-    """Claim `claim` on exactly `host`; `ClaimRefusedError` when it does not fit there."""
+def claim_on(replica: Replica, claim: Claim, host: str, *, check_set: bool = True) -> CommitResult:
+    """Claim `claim` on exactly `host`; `ClaimRefusedError` when it does not fit there.
+    `check_set=False`: its deployment set's policy is not checked (a server that already runs
+    there joins its set as it is)."""
     last = ""
     for _ in range(ATTEMPTS):
         with replica.lock:
             if replica.needs_reload:
                 replica.reload_locked()
-            new, gens, groups, caps = _plan(replica, claim, host)
+            new, gens, groups, caps = _plan(replica, claim, host, check_set)
         try:
             result = replica.store.commit_placement(
                 placement_id=claim.placement_id or "cloud",
@@ -77,15 +85,15 @@ def claim_on(replica: Replica, claim: Claim, host: str) -> CommitResult:
     raise ClaimRefusedError(f"host {host}: {last}")
 
 
-def check_fits(replica: Replica, claim: Claim, host: str) -> None:
+def check_fits(replica: Replica, claim: Claim, host: str, *, check_set: bool = True) -> None:
     """`ClaimRefusedError` unless `claim` fits on `host` in the replica's table now."""
     replica.sync()
     with replica.lock:
-        _plan(replica, claim, host)
+        _plan(replica, claim, host, check_set)
 
 
 def _plan(
-    replica: Replica, claim: Claim, host: str
+    replica: Replica, claim: Claim, host: str, check_set: bool = True
 ) -> tuple[NewInstance, dict[str, int], dict[str, int], dict[str, HostCapacity]]:
     view = replica.clusters.get(claim.cluster)
     if view is None or host not in view.table.index:
@@ -113,8 +121,9 @@ def _plan(
         created_at=claim.created_at,
     )
     groups = {}
-    if claim.server_group is not None and claim.server_group in replica.groups:
-        groups[claim.server_group] = replica.groups[claim.server_group].generation
+    key = instance_set_key(claim.project, claim.server_group)  # sets are known by key
+    if check_set and key is not None and key in replica.groups:
+        groups[key] = replica.groups[key].generation
     caps = {
         host: HostCapacity(
             table.cell_cap[row].copy(), table.host_cap[row].copy(), [*table.device_types]

@@ -5,9 +5,11 @@ region or IDC it joins, that the cloud answers, that none of its host names is t
 every server it runs fits its host in Berth's claim rule (`HostTable.from_fleet` claims them
 all). Then it records the cluster (`joining`), its aggregates, PCI aliases and the flavors the
 catalogue lacks, its hosts, each running server as an instance with its exact footprint and an
-adopted server record, and marks it `joined`. Server groups are not imported (Berth's deployment
-sets belong to a project; docs/openstack.md). A join that fails after the checks leaves the
-cluster `joining`, for `DELETE /v1/clusters/{name}` to take away.
+adopted server record, and marks it `joined`. Each server group becomes a deployment set of its
+project (id = the cloud's group id) with its members; the members are recorded as they run,
+not checked against the policy (a cloud can be in a state its policy forbids: soft policies,
+forced hosts). A join that fails after the checks leaves the cluster `joining`, for
+`DELETE /v1/clusters/{name}` to take away.
 
 Leaving marks the cluster `left` (no placement chooses it), stops its change feed and drops its
 driver; its hosts, instances and the servers in the cloud stay as they are.
@@ -15,6 +17,7 @@ driver; its hosts, instances and the servers in the cloud stay as they are.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Mapping
@@ -29,7 +32,7 @@ from berth.service.clouds.errors import CloudUnavailableError
 from berth.service.clouds.registry import CloudRegistry, check_config
 from berth.store.errors import AlreadyExistsError, InvalidReferenceError
 from berth.store.footprint import to_named
-from berth.store.repo import CloudClusterRow, HostCapacity, NewInstance, Store
+from berth.store.repo import CloudClusterRow, GroupRow, HostCapacity, NewInstance, Store
 
 log = logging.getLogger("berth.service.clouds")
 
@@ -62,7 +65,7 @@ def join(
         raise AlreadyExistsError("host", sorted(taken)[0])
     fleet = _usable(fleet)
     try:
-        table = HostTable.from_fleet(fleet.model_copy(update={"server_groups": []}))
+        table = HostTable.from_fleet(_without_groups(fleet))
     except (BerthError, ValueError) as exc:
         raise CloudUnavailableError(f"cluster {name}: its inventory does not load: {exc}") from None
     try:
@@ -75,6 +78,17 @@ def join(
     store.heartbeat_cluster(name, time.time())
     store.set_cloud_state(name, "joined")
     return store.get_cloud(name), driver
+
+
+def _without_groups(fleet: Fleet) -> Fleet:
+    """The fleet for the claim check: the servers run where they run, whatever their groups'
+    policies say (the sets are recorded as they are, not checked)."""
+    return fleet.model_copy(
+        update={
+            "server_groups": [],
+            "instances": [i.model_copy(update={"server_group": None}) for i in fleet.instances],
+        }
+    )
 
 
 def _usable(fleet: Fleet) -> Fleet:
@@ -108,6 +122,13 @@ def _record(
     for flavor in fleet.flavors:
         if flavor.name not in known:
             store.add_flavor(flavor)
+    owner: dict[str, str] = {}
+    for g in fleet.server_groups:
+        owner[g.id] = g.project or "default"
+        with contextlib.suppress(AlreadyExistsError):  # joined before, or another cluster's
+            store.add_group(
+                GroupRow(g.id, owner[g.id], g.policy.value, g.max_server_per_host, None, 0)
+            )
     store.add_hosts(cluster, [(h, None) for h in fleet.hosts])
     by_host: dict[str, list[NewInstance]] = {}
     for inst in fleet.instances:
@@ -120,6 +141,10 @@ def _record(
                 flavor=inst.flavor,
                 footprint=to_named(alloc.cell_use, alloc.host_use, table.device_types),
                 project=inst.project,
+                # a member of another project's group is not in Berth's set (sets are per project)
+                server_group=inst.server_group
+                if owner.get(inst.server_group or "") == inst.project
+                else None,
                 migratable=inst.migratable,
             )
         )

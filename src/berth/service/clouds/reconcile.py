@@ -33,7 +33,7 @@ from berth.service.clouds.errors import ClaimRefusedError
 from berth.service.replica import Replica
 from berth.store.defrag import is_migration
 from berth.store.errors import NotFoundError, PlanRejectedError
-from berth.store.repo import InstanceRow, ServerRecord
+from berth.store.repo import InstanceRow, ServerRecord, instance_set_key
 
 log = logging.getLogger("berth.service.clouds")
 
@@ -230,9 +230,12 @@ class Repair:
         """A server Berth does not know: claim it where it runs and adopt it."""
         if s.host is None or s.state in (ServerState.ERROR, ServerState.DELETED):
             return
-        claim = Claim(s.name, cluster, s.flavor, s.project, None, "cloud-import")
+        group = s.server_group  # a member of a set Berth knows (of its project) joins it
+        if instance_set_key(s.project, group) not in self.replica.groups:
+            group = None
+        claim = Claim(s.name, cluster, s.flavor, s.project, group, "cloud-import")
         try:
-            claim_on(self.replica, claim, s.host)
+            claim_on(self.replica, claim, s.host, check_set=False)
         except ClaimRefusedError as exc:
             out.unaccounted[s.name] = str(exc)
             log.warning("server %s on %s: cannot be claimed: %s", s.name, s.host, exc)
@@ -241,11 +244,11 @@ class Repair:
         out.imported.append(s.name)
 
     def _move(self, inst: InstanceRow, host: str, out: Repairs) -> None:
-        """The server runs on `host`, not where Berth claimed it: move the claim. When Berth's
-        model says it does not fit there, the claim stays where it was (its resources stay
-        accounted for) and the move is reported."""
+        """The server runs on `host`, not where Berth claimed it: move the claim (its
+        deployment set follows as it is). When Berth's model says it does not fit there, the
+        claim stays where it was (its resources stay accounted for) and the move is reported."""
         try:
-            check_fits(self.replica, Claim.of(inst), host)
+            check_fits(self.replica, Claim.of(inst), host, check_set=False)
         except ClaimRefusedError as exc:
             out.unaccounted[inst.id] = f"moved to {host} by the cloud: {exc}"
             log.warning("instance %s moved to %s: cannot be claimed there: %s", inst.id, host, exc)
@@ -253,7 +256,7 @@ class Repair:
         with contextlib.suppress(NotFoundError):
             self.replica.release(inst.id)
         try:
-            claim_on(self.replica, Claim.of(inst), host)
+            claim_on(self.replica, Claim.of(inst), host, check_set=False)
         except ClaimRefusedError as exc:
             out.unaccounted[inst.id] = str(exc)
             log.warning("instance %s moved to %s: cannot be claimed there: %s", inst.id, host, exc)

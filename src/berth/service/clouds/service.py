@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,6 +28,10 @@ from berth.store.errors import NotFoundError
 from berth.store.repo import CloudClusterRow, ServerRecord
 
 log = logging.getLogger("berth.service.clouds")
+
+EVICT_TIMEOUT = 60.0
+"""Seconds a preemption waits for the cloud to delete the evicted servers before booting."""
+EVICT_POLL = 0.25
 
 
 class CloudService:
@@ -147,6 +152,36 @@ class CloudService:
                     raise CloudUnavailableError(f"server of {instance_id}: {exc}") from None
             self.store.set_server(instance_id, state="deleted")
         self.replica.release(instance_id, project=project)
+
+    def delete_servers(
+        self, cluster: str, instance_ids: Sequence[str], timeout: float = EVICT_TIMEOUT
+    ) -> None:
+        """Delete the servers of instances whose claims are already released (evicted by a
+        preemption), and wait until the cloud has let them go, so that the boots taking their
+        room find it (Placement frees a server's allocation when its delete is done)."""
+        driver = self.registry.get(cluster)
+        if driver is None:
+            return
+        waiting: set[str] = set()
+        for iid in instance_ids:
+            record = self.store.find_server(iid)
+            if record is None or record.server_id is None or record.state == "deleted":
+                continue
+            try:
+                driver.delete(record.server_id)
+                waiting.add(record.server_id)
+            except CloudError as exc:
+                if exc.kind is not CloudErrorKind.NOT_FOUND:
+                    log.warning("evicted %s: its server stays: %s", iid, exc)
+            self.store.set_server(iid, state="deleted")
+        deadline = time.monotonic() + timeout
+        while waiting and time.monotonic() < deadline:
+            try:
+                waiting &= {s.id for s in driver.servers()}
+            except CloudError as exc:
+                log.warning("cluster %s: waiting for evicted servers: %s", cluster, exc)
+            if waiting:
+                time.sleep(EVICT_POLL)
 
     def feed(self, cluster: str) -> ChangeFeed:
         feed = self.feeds.get(cluster)

@@ -271,7 +271,15 @@ def _boot(
         )
         for sel in placed.decision.selections
     ]
-    records = {r.instance_id: r for r in clouds.boot(placed.cluster, targets)}
+    return boot_answer(clouds, placed.cluster, targets, answer)
+
+
+def boot_answer(
+    clouds: CloudService, cluster: str, targets: list[BootTarget], answer: dict[str, Any]
+) -> dict[str, Any]:
+    """Boot `targets` in `cluster` (all or nothing: `BootFailedError`); `answer` with each
+    instance's final host and its server (shared with /v1/schedule)."""
+    records = {r.instance_id: r for r in clouds.boot(cluster, targets)}
     instances = []
     for inst in answer["instances"]:
         r = records.get(inst["id"])

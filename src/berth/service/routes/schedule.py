@@ -12,7 +12,19 @@ from berth.policy.errors import MultiCloudInputError
 from berth.policy.outcome import Failure, ScheduleRequest
 from berth.service import schemas as s
 from berth.service.bodies import cells
-from berth.service.deps import IdempotencyKey, MetricsDep, ReplicaDep, StoreDep, Who, deny_reader
+from berth.service.clouds.booting import BootTarget
+from berth.service.clouds.claiming import Claim
+from berth.service.clouds.errors import BootFailedError
+from berth.service.clouds.service import CloudService
+from berth.service.deps import (
+    CloudsDep,
+    IdempotencyKey,
+    MetricsDep,
+    ReplicaDep,
+    StoreDep,
+    Who,
+    deny_reader,
+)
 from berth.service.errors import ApiError, ErrorBody, policy_not_configured
 from berth.service.idempotency import (
     Idempotency,
@@ -28,6 +40,7 @@ from berth.service.placing.multicloud import schedule as policy_schedule
 from berth.service.placing.plain import is_preemptible
 from berth.service.policy_topology import policy_engine
 from berth.service.replica import Replica
+from berth.service.routes.placements import boot_answer
 from berth.store.errors import IdempotencyRaceError
 from berth.store.footprint import to_named
 from berth.store.repo import Outcome, Store
@@ -94,11 +107,14 @@ def schedule_request(
     store: StoreDep,
     replica: ReplicaDep,
     metrics: MetricsDep,
+    clouds: CloudsDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Any:
     """The multi-cloud pipeline (needs `berth serve --policy FILE`): pre-check per IDC and
     cluster, deployment set, flavor variants by business type and user, placement in a
-    pool, preemption; then the same optimistic commit as /v1/placements."""
+    pool, preemption; then the same optimistic commit as /v1/placements. In a cluster Berth
+    drives, the servers of evicted instances are deleted and each instance is booted on its
+    host, as /v1/placements does (alternates; 409 `boot_failed`: docs/openstack.md)."""
     deny_reader(p, "place instances")
     if policy_engine(replica) is None:
         raise policy_not_configured()
@@ -121,13 +137,14 @@ def schedule_request(
         idem, replayed = idempotent(store, p, idempotency_key, payload)
         if replayed is not None:
             return replayed
-        return _schedule(store, replica, metrics, body, request, idem, started)
+        return _schedule(store, replica, metrics, clouds, body, request, idem, started)
 
 
 def _schedule(
     store: Store,
     replica: Replica,
     metrics: Metrics,
+    clouds: CloudService,
     body: s.ScheduleIn,
     request: ScheduleRequest,
     idem: Idempotency | None,
@@ -168,9 +185,49 @@ def _schedule(
             text = str(exc)
             where = text[2:].split(":", 1)[0] if text.startswith("--") else None
             raise ApiError(422, "invalid_input", text.removeprefix("--"), field=where) from None
+    answer = done.response or _schedule_out(replica, body, project, done)
+    if clouds.drives(done.placement.cluster):
+        try:
+            answer = _boot(clouds, request, done, answer)
+        except BootFailedError:
+            metrics.placements.labels("failure", "boot_failed").inc()
+            latency_ms = (time.perf_counter() - started) * 1e3
+            replica.store.record_outcome(
+                Outcome("failure", "boot_failed", body.flavor, project, body.count, latency_ms)
+            )
+            raise
     metrics.placements.labels("success", "placed").inc()
     metrics.placement.observe(time.perf_counter() - started)
-    return JSONResponse(done.response or {}, status_code=201)
+    return JSONResponse(answer, status_code=201)
+
+
+def _boot(
+    clouds: CloudService, request: ScheduleRequest, done: Scheduled, answer: dict[str, Any]
+) -> dict[str, Any]:
+    """Delete the evicted instances' servers (their claims went in the commit), then boot the
+    placement's instances on their hosts; the answer with each one's final host and server."""
+    pl = done.placement
+    if pl.evictions:
+        clouds.delete_servers(pl.cluster, pl.evictions)
+    business = request.business.value
+    targets = [
+        BootTarget(
+            Claim(
+                sel.instance_id,
+                pl.cluster,
+                pl.flavor,
+                request.project,
+                request.deployment_set,  # the set's id (the route's request is not keyed)
+                done.placement_id,
+                business,
+                business == "preemptible",
+            ),
+            sel.host,
+            sel.alternates,
+        )
+        for sel in pl.decision.selections
+    ]
+    return boot_answer(clouds, pl.cluster, targets, answer)
 
 
 def _refused(
