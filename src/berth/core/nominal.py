@@ -12,6 +12,7 @@ the host cell's CPUs and memory), and a pinned guest never over-commits memory (
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -72,7 +73,7 @@ class Nominal:
         new = Nominal.of(hosts)
         cells = max(self.shared.shape[1], new.shared.shape[1])
 
-        def join(a: I64, b: I64) -> I64:
+        def join(a: Any, b: Any) -> Any:
             if a.ndim == 2:  # per cell: pad the narrower with empty cells
                 a, b = (np.pad(x, ((0, 0), (0, cells - x.shape[1]))) for x in (a, b))
             return np.concatenate([a, b])

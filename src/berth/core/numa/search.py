@@ -30,6 +30,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from itertools import combinations
 
+import numpy as np
+
 from berth.core.numa.rule import BIG
 
 State = tuple[tuple[int, ...], ...]
@@ -64,6 +66,11 @@ class Searcher:
         self.smallest = tuple(min(s[i] for s in self.shapes) for i in range(len(cols)))
         self.total = tuple(sum(s[i] for s in self.shapes) + pci[i] for i in range(len(cols)))
         self.memo: dict[State, int] = {}
+        kinds: dict[tuple[int, ...], int] = {}
+        for shape in self.shapes:
+            kinds[shape] = kinds.get(shape, 0) + 1
+        self.types = list(kinds.items())
+        """(shape, how many of the guest's cells have it)."""
 
     # -------------------------------------------------------------- states
     def usable(self, cell: Sequence[int]) -> bool:
@@ -160,8 +167,13 @@ class Searcher:
 
     def _count(self, state: State) -> int:
         found = self.memo.get(state)
-        if found is not None:
-            return found
+        if found is None:
+            found = self._longest(state) if self.pci else self._largest(state)
+            self.memo[state] = found
+        return found
+
+    def _longest(self, state: State) -> int:
+        """The longest sequence of placements, depth first (guests with local devices)."""
         top = self.upper(state)
         best = 0
         if top > 0:
@@ -170,8 +182,42 @@ class Searcher:
                 best = max(best, 1 + self._count(child))
                 if best >= top:
                     break
-        self.memo[state] = best
         return best
+
+    def _largest(self, state: State) -> int:
+        """The largest t with `feasible(state, t)` (feasibility is monotone in t)."""
+        lo, hi = 0, self.upper(state)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.feasible(state, mid):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def feasible(self, state: State, t: int) -> bool:
+        """Whether t guests fit at once (no devices). With x[i][c] guest cells of shape type i
+        on host cell c, they do iff ``sum_c x[i][c] = t * mult_i``, ``sum_i x[i][c] <= t``
+        and each cell's columns hold its x: then the bipartite multigraph (guest cell slots,
+        host cells) has degree at most t and König's edge-colouring theorem splits it into t
+        guests, each on distinct cells (docs/numa.md). Decided by a reachability sweep over the
+        cells, one boolean array over the types' used counts."""
+        if t <= 0:
+            return True
+        types = self.types
+        need = tuple(t * m for _, m in types)
+        reach = np.zeros(tuple(n + 1 for n in need), dtype=bool)
+        reach[(0,) * len(need)] = True
+        for cell in state:
+            nxt = np.zeros_like(reach)
+            for x in _cell_options(cell, types, t, need):
+                src = tuple(slice(0, n + 1 - xi) for n, xi in zip(need, x, strict=True))
+                dst = tuple(slice(xi, n + 1) for n, xi in zip(need, x, strict=True))
+                nxt[dst] |= reach[src]
+            reach = nxt
+            if not reach.any():
+                return False
+        return bool(reach[need])
 
     def place(
         self, host_cells: Sequence[Sequence[int]], distance: Sequence[Sequence[int]] | None
@@ -181,14 +227,15 @@ class Searcher:
         the first in enumeration order. None when nothing fits."""
         cells = self.read(host_cells)
         want = self._count(self.canonical(cells)) - 1
-        best: tuple[int, tuple[tuple[int, ...], list[tuple[int, int, int]]]] | None = None
-        for hosts, takes in self.placements(cells):
-            if self._count(self.canonical(self.after(cells, hosts, takes))) != want:
-                continue
-            cost = spread(hosts, distance)
-            if best is None or cost < best[0]:
-                best = (cost, (hosts, takes))
-        return None if best is None else best[1]
+        options = list(self.placements(cells))
+        options.sort(key=lambda o: spread(o[0], distance))  # stable: enumeration order next
+        for hosts, takes in options:
+            child = self.canonical(self.after(cells, hosts, takes))
+            if (self._count(child) if self.pci else want) == want and (
+                self.pci or self.feasible(child, want)
+            ):
+                return hosts, takes
+        return None
 
 
 def spread(cells: Sequence[int], distance: Sequence[Sequence[int]] | None) -> int:
@@ -222,3 +269,27 @@ def _product(
     for head in options[0]:
         for tail in _product(options[1:]):
             yield head + tail
+
+
+def _cell_options(
+    cell: tuple[int, ...], types: list[tuple[tuple[int, ...], int]], t: int, need: tuple[int, ...]
+) -> Iterator[tuple[int, ...]]:
+    """Every vector x (guest cells of each type this host cell takes) that the cell's columns
+    hold, with at most t in all (one per guest) and at most `need` of each type."""
+    chosen: list[int] = []
+
+    def rec(i: int, left: list[int], room: int) -> Iterator[tuple[int, ...]]:
+        if i == len(types):
+            yield tuple(chosen)
+            return
+        shape = types[i][0]
+        top = min(room, need[i])
+        for j, v in enumerate(shape):
+            if v > 0:
+                top = min(top, left[j] // v)
+        for x in range(max(top, -1) + 1):
+            chosen.append(x)
+            yield from rec(i + 1, [a - x * v for a, v in zip(left, shape, strict=True)], room - x)
+            chosen.pop()
+
+    yield from rec(0, list(cell), t)

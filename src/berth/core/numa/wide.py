@@ -88,7 +88,11 @@ def needs_search(d: Demand, cell_free: I64) -> npt.NDArray[np.bool_]:
         for i, col in enumerate(searcher.cols):
             if searcher.smallest[i] > 0:
                 usable &= cell_free[:, :, col] >= searcher.smallest[i]
+        # closed form only when the guest takes every cell that could hold it and no other
+        # cell holds a device it asks for (its devices then are the host's sum)
         out: npt.NDArray[np.bool_] = usable.sum(axis=1) > k
+        for p in np.flatnonzero(d.pci):
+            out |= ((cell_free[:, :, CELL_BASE + p] != 0) & ~usable).any(axis=1)
         return out
     return np.zeros(n, dtype=bool)
 
@@ -267,6 +271,7 @@ def _host_pci(
 
 def _search_place(d: Demand, cell_free: I64, distance: I64 | None, rows: I64, out: I64) -> None:
     searcher = searcher_of(d)
+    out[rows] = 0  # the closed form's choice, where it does not apply
     shape_rows = {tuple(int(row[c]) for c in searcher.cols): row for row in d.cells}
     for r in rows.tolist():
         host = cell_free[r].tolist()
