@@ -36,6 +36,9 @@ from berth.core.numa.rule import BIG
 
 State = tuple[tuple[int, ...], ...]
 
+MEMO_STATES = 200_000
+"""At most this many states kept per flavor (raw and canonical each: tens of MB at most)."""
+
 
 def even_bound(units: Sequence[int], k: int) -> int:
     """How many guests of k equal cells fit on cells with `units` slots each (docs/numa.md:
@@ -66,11 +69,21 @@ class Searcher:
         self.smallest = tuple(min(s[i] for s in self.shapes) for i in range(len(cols)))
         self.total = tuple(sum(s[i] for s in self.shapes) + pci[i] for i in range(len(cols)))
         self.memo: dict[State, int] = {}
+        self.seen: dict[bytes, int] = {}
+        """Counts by a host's raw state (the table's bytes of the flavor's columns)."""
         kinds: dict[tuple[int, ...], int] = {}
         for shape in self.shapes:
             kinds[shape] = kinds.get(shape, 0) + 1
         self.types = list(kinds.items())
         """(shape, how many of the guest's cells have it)."""
+
+    def remember(self, key: bytes, count: int) -> None:
+        """Keep a raw state's count; both memos are dropped past `MEMO_STATES` entries (the
+        search is a pure function of the state: forgetting costs time, never exactness)."""
+        if len(self.seen) >= MEMO_STATES or len(self.memo) >= MEMO_STATES:
+            self.seen.clear()
+            self.memo.clear()
+        self.seen[key] = count
 
     # -------------------------------------------------------------- states
     def usable(self, cell: Sequence[int]) -> bool:

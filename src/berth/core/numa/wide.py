@@ -44,7 +44,7 @@ def guest_cells(d: Demand) -> int:
 
 def units(cell_free: I64, vec: I64) -> I64:
     """Per host and cell: how many copies of `vec` fit (shape (n, cells))."""
-    out = np.full(cell_free.shape[:2], BIG, dtype=np.int64)
+    out = np.full_like(cell_free[:, :, 0], BIG)  # same memory order as the columns
     for col in np.flatnonzero(vec):
         np.minimum(out, cell_free[:, :, col] // vec[col], out=out)
     return np.maximum(out, 0, out=out)
@@ -118,18 +118,20 @@ def _pci_row(d: Demand) -> I64:
 
 
 def _search_counts(d: Demand, cell_free: I64, rows: I64, limit: int | None) -> I64:
+    """The search's count on `rows`, each host's state looked up first as it is stored (its
+    bytes: no canonical form to build for a state seen before, `Searcher.seen`)."""
     searcher = searcher_of(d)
     cols = searcher.cols
     part = np.ascontiguousarray(cell_free[rows][:, :, cols])
+    keys = part.reshape(rows.size, -1).view(np.dtype((np.void, part[0].nbytes))).ravel()
     out = np.empty(rows.size, dtype=np.int64)
-    seen: dict[bytes, int] = {}
-    for i in range(rows.size):
-        key = part[i].tobytes()
+    seen, once = searcher.seen, limit is not None and limit <= 1
+    for i, key in enumerate(keys.tolist()):
         got = seen.get(key)
         if got is None:
-            got = searcher.count(searcher.canonical(part[i].tolist()), limit)
-            seen[key] = got
-        out[i] = got
+            got = searcher.count(searcher.canonical(part[i].tolist()))
+            searcher.remember(key, got)
+        out[i] = min(got, 1) if once else got
     return out
 
 
