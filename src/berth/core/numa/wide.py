@@ -126,7 +126,8 @@ def _search_counts(d: Demand, cell_free: I64, rows: I64, limit: int | None) -> I
     keys = part.reshape(rows.size, -1).view(np.dtype((np.void, part[0].nbytes))).ravel()
     out = np.empty(rows.size, dtype=np.int64)
     seen, once = searcher.seen, limit is not None and limit <= 1
-    for i, key in enumerate(keys.tolist()):
+    for i, raw in enumerate(keys.tolist()):
+        key = bytes(raw)
         got = seen.get(key)
         if got is None:
             got = searcher.count(searcher.canonical(part[i].tolist()))
