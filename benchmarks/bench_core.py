@@ -385,7 +385,7 @@ def eight_cells(cell: NumaCell) -> list[NumaCell]:
 
 def build_fleet(n_hosts: int, seed: int, fleet_kind: str = "two-cell") -> Fleet:
     """A seeded fleet of `n_hosts` hosts (no instances: those are claimed later): two cells
-    each, or with `fleet_kind` 'mixed' every other host as eight cells (same hardware, `eight_cells`)."""
+    each, or with `fleet_kind` 'mixed' every other host as eight cells (`eight_cells`)."""
     rng = np.random.default_rng([seed, n_hosts])
     kind_ix = rng.choice(len(KINDS), size=n_hosts, p=[k.share for k in KINDS])
     zone_ix = rng.integers(0, len(ZONES), size=n_hosts)

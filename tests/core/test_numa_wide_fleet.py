@@ -101,8 +101,8 @@ def test_defrag_planner_on_a_mixed_fleet() -> None:
         row = int(rng.integers(len(table)))
         if SCHED.capacity(table, name, NOW)[row] > 0:
             table.claim(f"vm{k}", table.names[row], name)
-    for k in list(table.allocations)[::3]:
-        table.release(k)
+    for iid in list(table.allocations)[::3]:
+        table.release(iid)
     target = Target(flavors=("four", "split"))
     plan = plan_defrag(table, target, Budget(max_migrations=6), scheduler=SCHED, now=NOW)
     check_plan(table, plan, scheduler=SCHED, now=NOW)
