@@ -118,22 +118,48 @@ def _pci_row(d: Demand) -> I64:
 
 
 def _search_counts(d: Demand, cell_free: I64, rows: I64, limit: int | None) -> I64:
-    """The search's count on `rows`, each host's state looked up first as it is stored (its
-    bytes: no canonical form to build for a state seen before, `Searcher.seen`)."""
+    """The search's count on `rows`: hosts grouped by their canonical state in numpy first (the
+    count does not depend on which cell is which, `Searcher.canonical`), then one memoised
+    search per distinct state; a fleet's hosts fall into few states for one flavor."""
     searcher = searcher_of(d)
-    cols = searcher.cols
-    part = np.ascontiguousarray(cell_free[rows][:, :, cols])
-    keys = part.reshape(rows.size, -1).view(np.dtype((np.void, part[0].nbytes))).ravel()
-    out = np.empty(rows.size, dtype=np.int64)
-    seen, once = searcher.seen, limit is not None and limit <= 1
-    for i, raw in enumerate(keys.tolist()):
-        key = bytes(raw)
-        got = seen.get(key)
-        if got is None:
-            got = searcher.count(searcher.canonical(part[i].tolist()))
-            searcher.remember(key, got)
-        out[i] = min(got, 1) if once else got
-    return out
+    part = cell_free[rows][:, :, searcher.cols]
+    group, first = _canonical_groups(part, searcher)
+    counts = np.array(
+        [searcher.count(searcher.canonical(part[r].tolist())) for r in first.tolist()],
+        dtype=np.int64,
+    )
+    out = counts[group]
+    return np.minimum(out, 1) if limit is not None and limit <= 1 else out
+
+
+def _canonical_groups(part: I64, searcher: Searcher) -> tuple[I64, I64]:
+    """(group of each host, one host of each group): hosts with equal canonical states (cells
+    that can hold a guest cell, as a multiset) share a group. Each cell becomes one integer
+    (its columns' ranks), unusable cells -1, sorted within the host."""
+    n, cells, width = part.shape
+    key = np.zeros((n, cells), dtype=np.int64)
+    low = part.min(axis=(0, 1)) if n else np.zeros(width, dtype=np.int64)
+    span = (part.max(axis=(0, 1)) - low + 1) if n else np.ones(width, dtype=np.int64)
+    if sum(int(x).bit_length() for x in span) > 62:  # too wide to pack: raw states only
+        return _same_rows(part.reshape(n, -1))
+    for i in range(width):  # each cell's columns packed into one integer
+        key = key * int(span[i]) + (part[:, :, i] - low[i])
+    usable = np.ones((n, cells), dtype=bool)
+    for i, least in enumerate(searcher.smallest):
+        if least > 0:
+            usable &= part[:, :, i] >= least
+    return _same_rows(np.sort(np.where(usable, key, -1), axis=1))
+
+
+def _same_rows(key: I64) -> tuple[I64, I64]:
+    """(group of each row, first row of each group) of equal rows (a lexsort: numpy's
+    ``unique(axis=0)`` sorts rows as opaque bytes, many times slower)."""
+    order = np.lexsort(key.T[::-1])
+    ordered = key[order]
+    new = np.r_[True, (ordered[1:] != ordered[:-1]).any(axis=1)]
+    group = np.empty(key.shape[0], dtype=np.int64)
+    group[order] = np.cumsum(new) - 1
+    return group, order[new]
 
 
 def cell_count(d: Demand, cell_free: I64, limit: int | None, two_cell: Any) -> I64:
