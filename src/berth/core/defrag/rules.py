@@ -100,9 +100,11 @@ def footprint_error(table: HostTable, flavor: str, cell_use: I64, host_use: I64)
         ok = len(used) == 2 and bool((core[used] >= d.cells[0, :CELL_BASE]).all())
     if not ok:
         return f"per-cell footprint is not a legal NUMA split of flavor {flavor!r}"
+    if mode == NumaMode.NONE:
+        return None
     local = d.cells[0, CELL_BASE:].any() or (wide.local_pci(d) and core.shape[0] > 2)
     others = [c for c in range(core.shape[0]) if c not in used]
-    if mode != NumaMode.NONE and local and cell_use[others, CELL_BASE:].any():
+    if local and cell_use[others, CELL_BASE:].any():
         return f"flavor {flavor!r} needs its PCI devices on its own NUMA cells"
     return None
 
