@@ -205,11 +205,12 @@ def _spread(sets: npt.NDArray[np.bool_], distance: I64 | None, n: int) -> I64:
     """(n, sets): the sum of pairwise NUMA distances inside each set (index distance when the
     host reports none)."""
     cells = sets.shape[1]
-    if distance is None:
+    pair = (sets[:, :, None] & sets[:, None, :]).astype(np.int64)  # (S, C, C)
+    if distance is None:  # the same for every host: computed once
         idx = np.arange(cells)
-        distance = np.broadcast_to(np.abs(idx[:, None] - idx[None, :]), (n, cells, cells))
-    pair = sets[:, :, None] & sets[:, None, :]  # (S, C, C)
-    out: I64 = np.einsum("scd,ncd->ns", pair.astype(np.int64), distance) // 2
+        one = np.einsum("scd,cd->s", pair, np.abs(idx[:, None] - idx[None, :])) // 2
+        return np.broadcast_to(one, (n, sets.shape[0]))
+    out: I64 = np.einsum("scd,ncd->ns", pair, distance) // 2
     return out
 
 
