@@ -316,3 +316,63 @@ def test_all_at_once_equals_one_after_another(shapes, cells):
 
     state = searcher.canonical(cells)
     assert searcher.count(state) == longest(state)
+
+
+@pytest.mark.parametrize(
+    ("spec", "mode", "cells"),
+    [
+        (flavor("f", vcpus=8, mem=8192, numa=4), NumaMode.EVEN, [(2, 2048)] * 4),
+        (flavor("f", vcpus=8, mem=8192, numa=8), NumaMode.EVEN, [(1, 1024)] * 8),
+        (
+            flavor(
+                "f",
+                vcpus=6,
+                mem=3072,
+                numa=3,
+                numa_cpus=("0-2", "3-4", "5"),
+                numa_mem=(1024, 1024, 1024),
+            ),
+            NumaMode.FIXED,
+            [(3, 1024), (2, 1024), (1, 1024)],
+        ),
+        (
+            flavor(
+                "f", vcpus=4, mem=4096, numa=4, numa_cpus=("0", "1", "2", "3"), numa_mem=(1024,) * 4
+            ),
+            NumaMode.EVEN,
+            [(1, 1024)] * 4,
+        ),
+    ],
+)
+def test_guests_of_k_cells_parse(spec: Flavor, mode: NumaMode, cells: list[tuple[int, int]]):
+    parsed = parse_flavor(spec, {})
+    assert parsed.numa_mode == mode
+    assert [(c.vcpus, c.memory_mb) for c in parsed.cells] == cells
+
+
+@pytest.mark.parametrize(
+    ("spec", "key", "why"),
+    [
+        (
+            flavor("f", vcpus=4, mem=4096, numa=2, specs={"hw:numa_cpus.2": "3"}),
+            "hw:numa_cpus.2",
+            "names no guest cell (cells 0-1)",
+        ),
+        (
+            flavor("f", vcpus=6, mem=6144, numa=3, split="flexible"),
+            "berth:numa_split",
+            "a flexible split is over exactly two cells",
+        ),
+        (
+            flavor("f", vcpus=6, mem=6144, numa=3, numa_cpus=("0-2", "3-5"), numa_mem=(3072, 3072)),
+            "hw:numa_cpus.2",
+            "an explicit split needs numa_cpus and numa_mem for every cell",
+        ),
+    ],
+)
+def test_guests_of_k_cells_errors_name_the_key(spec: Flavor, key: str, why: str):
+    from berth.core.errors import SpecError
+
+    with pytest.raises(SpecError) as err:
+        parse_flavor(spec, {})
+    assert f"extra_specs[{key!r}]: {why}" in str(err.value)

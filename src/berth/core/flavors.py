@@ -214,8 +214,6 @@ def _numa_shape(
         if nodes_raw not in tuple(str(k) for k in range(1, MAX_GUEST_CELLS + 1)):
             raise bad("hw:numa_nodes", f"must be 1 to {MAX_GUEST_CELLS}, got {nodes_raw!r}")
         nodes = int(nodes_raw)
-        if nodes > flavor.vcpus:
-            raise bad("hw:numa_nodes", f"{nodes} cells need at least {nodes} vcpus")
 
     split = specs.get("berth:numa_split", "even").lower()
     if split not in ("even", "flexible"):
