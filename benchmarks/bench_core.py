@@ -443,7 +443,7 @@ def build_fleet(n_hosts: int, seed: int, fleet_kind: str = "two-cell") -> Fleet:
                 io_ops=int(io_ops[i]),
                 rack=f"{zone}-r{i // 40:04d}",
                 numa_cells=cells,
-                numa_distances=distances,
+                **({"numa_distances": distances} if distances else {}),
             )
         )
     return Fleet(
