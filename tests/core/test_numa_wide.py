@@ -376,3 +376,22 @@ def test_guests_of_k_cells_errors_name_the_key(spec: Flavor, key: str, why: str)
     with pytest.raises(SpecError) as err:
         parse_flavor(spec, {})
     assert f"extra_specs[{key!r}]: {why}" in str(err.value)
+
+
+def test_a_fixed_count_too_large_to_sweep_is_refused_and_stays_consistent():
+    """Six distinct guest cell shapes on roomy cells: over `SWEEP_STATES`, count 0 (fit too);
+    on small cells the same flavor is counted, and filling such a host lowers it one by one."""
+    shapes = [[1, 1], [2, 1], [1, 2], [3, 1], [2, 2], [1, 3]]
+    searcher = Searcher(shapes, [0, 0], [0, 1])
+    roomy = searcher.canonical([[14, 48]] * 8)
+    assert searcher.too_large(roomy)
+    assert searcher.count(roomy) == 0
+    assert searcher.count(roomy, limit=1) == 0
+    cells = [[4, 8]] * 8
+    state = searcher.canonical(cells)
+    k = searcher.count(state)
+    assert k > 0
+    for i in range(k):
+        hosts, takes = searcher.place(cells, None) or ((), [])
+        cells = searcher.after(cells, hosts, takes)
+        assert searcher.count(searcher.canonical(cells)) == k - i - 1

@@ -36,8 +36,12 @@ from berth.core.numa.rule import BIG
 
 State = tuple[tuple[int, ...], ...]
 
+SWEEP_STATES = 20_000
+"""The most states (used counts per shape type) one feasibility sweep may hold; see
+`Searcher.too_large`. Two shape types: up to 140 guests a host; three: 26; four: 11."""
+
 MEMO_STATES = 200_000
-"""At most this many states kept per flavor (raw and canonical each: tens of MB at most)."""
+"""At most this many states kept per flavor (tens of MB at most)."""
 
 
 def even_bound(units: Sequence[int], k: int) -> int:
@@ -69,21 +73,11 @@ class Searcher:
         self.smallest = tuple(min(s[i] for s in self.shapes) for i in range(len(cols)))
         self.total = tuple(sum(s[i] for s in self.shapes) + pci[i] for i in range(len(cols)))
         self.memo: dict[State, int] = {}
-        self.seen: dict[bytes, int] = {}
-        """Counts by a host's raw state (the table's bytes of the flavor's columns)."""
         kinds: dict[tuple[int, ...], int] = {}
         for shape in self.shapes:
             kinds[shape] = kinds.get(shape, 0) + 1
         self.types = list(kinds.items())
         """(shape, how many of the guest's cells have it)."""
-
-    def remember(self, key: bytes, count: int) -> None:
-        """Keep a raw state's count; both memos are dropped past `MEMO_STATES` entries (the
-        search is a pure function of the state: forgetting costs time, never exactness)."""
-        if len(self.seen) >= MEMO_STATES or len(self.memo) >= MEMO_STATES:
-            self.seen.clear()
-            self.memo.clear()
-        self.seen[key] = count
 
     # -------------------------------------------------------------- states
     def usable(self, cell: Sequence[int]) -> bool:
@@ -174,14 +168,30 @@ class Searcher:
 
     def count(self, state: State, limit: int | None = None) -> int:
         """How many more guests fit on the canonical `state` (at most `limit` when given)."""
+        if not self.pci and self.too_large(state):
+            return 0  # refused: see `too_large`
         if limit is not None and limit <= 1:
             return min(limit, 1) if any(True for _ in self.placements(state)) else 0
         return self._count(state)
+
+    def too_large(self, state: State) -> bool:
+        """Whether counting `state` exactly would sweep more than `SWEEP_STATES` states (FIXED
+        guests of several distinct cell shapes on a roomy host). Such a host is refused for
+        the flavor (count 0, so nothing is placed and no count is wrong); the bound only
+        shrinks as the host fills, so a host counted once stays counted, and placing one
+        instance still lowers its count by exactly one (docs/numa.md)."""
+        top = self.upper(state)
+        space = 1
+        for _, mult in self.types:
+            space *= top * mult + 1
+        return space > SWEEP_STATES
 
     def _count(self, state: State) -> int:
         found = self.memo.get(state)
         if found is None:
             found = self._longest(state) if self.pci else self._largest(state)
+            if len(self.memo) >= MEMO_STATES:  # forgetting costs time, never exactness
+                self.memo.clear()
             self.memo[state] = found
         return found
 
@@ -239,6 +249,8 @@ class Searcher:
         (smallest sum of pairwise distances; index distance where the host reports none), then
         the first in enumeration order. None when nothing fits."""
         cells = self.read(host_cells)
+        if self.count(self.canonical(cells)) == 0:  # nothing fits, or refused (`too_large`)
+            return None
         want = self._count(self.canonical(cells)) - 1
         options = list(self.placements(cells))
         options.sort(key=lambda o: spread(o[0], distance))  # stable: enumeration order next
