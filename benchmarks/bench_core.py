@@ -61,6 +61,11 @@ from berth.core.request import RequestSpec
 from berth.core.resources import C_HUGE, C_PCPU, H_MEM, H_VCPU
 from berth.core.table import HostTable
 
+CLOCK: list[Callable[[], int]] = [time.perf_counter_ns]
+"""The timer of every timed call: wall clock, or with --cpu-time this process's CPU time (on a
+machine shared with other busy processes, wall clock also counts the time spent waiting for a
+core)."""
+
 SEED = 20_260_601
 NOW = 1_780_000_000.0
 DEFAULT_SIZES = (1_000, 10_000, 100_000)
@@ -351,8 +356,41 @@ def aggregates() -> list[Aggregate]:
     return out
 
 
-def build_fleet(n_hosts: int, seed: int) -> Fleet:
-    """A seeded fleet of `n_hosts` two-cell hosts (no instances: those are claimed later)."""
+FLEETS = ("two-cell", "mixed")
+"""two-cell: every host has two NUMA cells (the fleet of the earlier results); mixed: every
+other host is the same hardware seen as eight cells (a two-socket host in NPS4 mode: each
+socket's CPUs, memory and devices split over four cells, with NUMA distances)."""
+
+EIGHT_CELL_DISTANCES = [
+    [10 if a == b else 12 if a // 4 == b // 4 else 32 for b in range(8)] for a in range(8)
+]
+
+
+def _split(total: int, parts: int) -> list[int]:
+    """`total` over `parts` cells as evenly as integers allow (the first cells get the rest)."""
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+def eight_cells(cell: NumaCell) -> list[NumaCell]:
+    """A two-cell host's cell (one socket) as four cells; the host gets two such sockets."""
+    shared, dedicated = _split(cell.shared_cpus, 4), _split(cell.dedicated_cpus, 4)
+    memory, huge = _split(cell.memory_mb // 1024, 4), _split(cell.hugepages_mb // 1024, 4)
+    pci = {k: _split(v, 4) for k, v in cell.pci.items()}
+    return [
+        NumaCell(
+            shared_cpus=shared[i],
+            dedicated_cpus=dedicated[i],
+            memory_mb=memory[i] * 1024,
+            hugepages_mb=huge[i] * 1024,
+            pci={k: v[i] for k, v in pci.items() if v[i]},
+        )
+        for i in range(4)
+    ]
+
+
+def build_fleet(n_hosts: int, seed: int, fleet_kind: str = "two-cell") -> Fleet:
+    """A seeded fleet of `n_hosts` hosts (no instances: those are claimed later): two cells
+    each, or with `fleet_kind` 'mixed' every other host as eight cells (`eight_cells`)."""
     rng = np.random.default_rng([seed, n_hosts])
     kind_ix = rng.choice(len(KINDS), size=n_hosts, p=[k.share for k in KINDS])
     zone_ix = rng.integers(0, len(ZONES), size=n_hosts)
@@ -383,6 +421,10 @@ def build_fleet(n_hosts: int, seed: int) -> Fleet:
             )
             for _ in range(2)
         ]
+        distances = None
+        if fleet_kind == "mixed" and i % 2:
+            cells = eight_cells(cells[0]) + eight_cells(cells[1])
+            distances = EIGHT_CELL_DISTANCES
         stale = health[i, 1] < 0.01
         hosts.append(
             Host(
@@ -401,6 +443,7 @@ def build_fleet(n_hosts: int, seed: int) -> Fleet:
                 io_ops=int(io_ops[i]),
                 rack=f"{zone}-r{i // 40:04d}",
                 numa_cells=cells,
+                **({"numa_distances": distances} if distances else {}),
             )
         )
     return Fleet(
@@ -650,7 +693,7 @@ def time_decisions(
         _decide(scheduler, table, req)
     times: list[int] = []
     failed = 0
-    clock = time.perf_counter_ns
+    clock = CLOCK[0]
     gc.collect()
     gc.disable()
     try:
@@ -673,16 +716,16 @@ def time_commits(
 ) -> Timing:
     """Decide + commit a sequence of placements on a copy of the table (warm caches, each
     commit changing a host or two before the next decision)."""
-    t0 = time.perf_counter_ns()
+    t0 = CLOCK[0]()
     work = table.copy()
-    copy_ns = time.perf_counter_ns() - t0
+    copy_ns = CLOCK[0]() - t0
     for req in _first_per_flavor(requests):
         _decide(scheduler, work, req)
     decide_ns: list[int] = []
     commit_ns: list[int] = []
     total_ns: list[int] = []
     failed = 0
-    clock = time.perf_counter_ns
+    clock = CLOCK[0]
     gc.collect()
     gc.disable()
     try:
@@ -731,9 +774,9 @@ def time_capacity(
             for _ in range(runs):
                 if mode == "cold":
                     clear_caches(table)
-                t0 = time.perf_counter_ns()
+                t0 = CLOCK[0]()
                 results[mode] = matrix()
-                timings[mode].append(time.perf_counter_ns() - t0)
+                timings[mode].append(CLOCK[0]() - t0)
     finally:
         gc.enable()
     if not np.array_equal(results["cold"], results["warm"]):
@@ -786,10 +829,10 @@ def make_plan(args: argparse.Namespace) -> Plan:
 COMMIT_MIXES = ("numa", "mixed")
 
 
-def run_size(n_hosts: int, plan: Plan, seed: int) -> dict[str, Any]:
-    log.print(f"[bold]{n_hosts:,} hosts[/]: building fleet ...")
+def run_size(n_hosts: int, plan: Plan, seed: int, kind: str = "two-cell") -> dict[str, Any]:
+    log.print(f"[bold]{n_hosts:,} hosts ({kind})[/]: building fleet ...")
     t0 = time.perf_counter()
-    fleet = build_fleet(n_hosts, seed)
+    fleet = build_fleet(n_hosts, seed, kind)
     t1 = time.perf_counter()
     table = HostTable.from_fleet(fleet)
     t2 = time.perf_counter()
@@ -917,7 +960,7 @@ def command_line() -> str:
     return shlex.join([shown, *sys.argv])
 
 
-def targets(results: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+def targets(results: dict[int, dict[str, Any]], kind: str = "two-cell") -> list[dict[str, Any]]:
     def get(size: int, *path: str) -> float | None:
         node: Any = results.get(size)
         for key in path:
@@ -936,9 +979,18 @@ def targets(results: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
         }
 
     out = []
+    decide = ("decide", "berth", "numa")
+    out.append(
+        row(
+            "NUMA-pinned decision, 10,000 hosts, 'berth', median: decide only, warm "
+            "(two-cell fleet: no regression; mixed fleet: 1 ms)",
+            0.3 if kind == "two-cell" else 1.0,
+            "ms",
+            get(10_000, *decide, "warm", "median_ms"),
+        )
+    )
     for size, limit in ((10_000, 1.0), (100_000, 10.0)):
         what = f"NUMA-pinned decision, {size:,} hosts, 'berth', median"
-        decide = ("decide", "berth", "numa")
         out += [
             row(f"{what}: decide only, warm", limit, "ms", get(size, *decide, "warm", "median_ms")),
             row(f"{what}: decide only, cold", limit, "ms", get(size, *decide, "cold", "median_ms")),
@@ -1156,6 +1208,35 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int = 
     return "\n".join(lines)
 
 
+def markdown_mixed(report: dict[str, Any], results: dict[int, dict[str, Any]]) -> str:
+    """The mixed fleet's results, as a part of the report below the two-cell fleet's."""
+    parts = [
+        "# Mixed fleet: half two-cell, half eight-cell hosts",
+        "",
+        f"- Command: `{report['command']}`; date {report['date']}; same machine and caveats.",
+        "- Hosts: as above, but every other host is the same hardware seen as eight NUMA cells "
+        "(two sockets in NPS4 mode: each socket's CPUs, memory, huge pages and devices split "
+        "over four cells, NUMA distances 10/12/32), `benchmarks/bench_core.py` `eight_cells`. "
+        "The table's cell axis is eight wide (two-cell hosts padded, docs/numa.md). Flexible "
+        "splits fit only the two-cell hosts; explicit uneven splits on eight-cell hosts are "
+        "counted by the exact search (`numa.search`).",
+        "- Same 50 flavors, mixes, fill and profiles.",
+        "",
+        "## Targets (mixed fleet)",
+        "",
+    ]
+    rows = []
+    for t in report["targets"]:
+        measured = "-" if t["measured"] is None else f"{t['measured']:g} {t['unit']}"
+        rows.append(
+            [t["target"], f"<= {t['limit']:g} {t['unit']}", measured, verdict(t["met"], True)]
+        )
+    parts += [_md_table(["Target", "Limit", "Measured", "Verdict"], rows, left=4), ""]
+    for title, header, rows_, left in sections(results):
+        parts += [f"## {title} (mixed fleet)", "", _md_table(header, rows_, left), ""]
+    return "\n".join(parts)
+
+
 def markdown(report: dict[str, Any], results: dict[int, dict[str, Any]]) -> str:
     m = report["machine"]
     limit = getattr(berth.core.table, "DERIVED_CACHE", None)
@@ -1187,7 +1268,8 @@ def markdown(report: dict[str, Any], results: dict[int, dict[str, Any]]) -> str:
         "- The machine has 2 shared cores: absolute numbers are noisy from run to run (the "
         "100,000-host figures most). Compare ratios within one run (profiles, mixes, caches, "
         "sizes) rather than across runs.",
-        "- Times are wall-clock `time.perf_counter_ns` around each call, after a warm-up, with "
+        f"- Times are {report.get('clock', 'wall-clock `time.perf_counter_ns`')} around each "
+        "call, after a warm-up, with "
         "the garbage collector paused during the timed loop. p99 over a few hundred samples "
         "(80 at 100,000 hosts, 100/30 for cold) is close to the maximum.",
         "- **Warm vs cold.** `HostTable` caches per-flavor derived values (NUMA-exact counts, "
@@ -1303,18 +1385,62 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help=f"Markdown report (default {DEFAULT_OUT}; with --quick {QUICK_OUT})",
     )
     parser.add_argument("--seed", type=int, default=SEED, help=f"fleet seed (default {SEED})")
+    parser.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="time with this process's CPU time (time.process_time_ns) instead of the wall "
+        "clock: for a machine loaded by other work",
+    )
+    parser.add_argument(
+        "--fleets",
+        default="two-cell,mixed",
+        help="comma-separated fleets: two-cell (every host two NUMA cells) and/or mixed (every "
+        "other host eight cells); the report has one part per fleet (default both)",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.cpu_time:
+        CLOCK[0] = time.process_time_ns
     plan = make_plan(args)
     source = source_state()  # before running: src/ may be edited while the benchmark runs
     started = time.perf_counter()
-    results: dict[int, dict[str, Any]] = {}
-    for size in plan.sizes:
-        results[size] = run_size(size, plan, args.seed)
-        gc.collect()
+    kinds = [k.strip() for k in args.fleets.split(",") if k.strip()]
+    unknown = [k for k in kinds if k not in FLEETS]
+    if unknown or not kinds:
+        raise SystemExit(f"--fleets: unknown fleet {unknown[0] if unknown else ''!r}")
+    texts, reports = [], {}
+    for kind in kinds:
+        results: dict[int, dict[str, Any]] = {}
+        for size in plan.sizes:
+            results[size] = run_size(size, plan, args.seed, kind)
+            gc.collect()
+        report = _report(args, plan, source, started, results, kind)
+        console = Console(highlight=False, width=140)
+        print_tables(console, results, report)
+        texts.append((markdown if kind == "two-cell" else markdown_mixed)(report, results))
+        reports[kind] = report
+    out: Path = args.out or (QUICK_OUT if plan.quick else DEFAULT_OUT)
+    if not out.is_absolute():
+        out = Path.cwd() / out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    log.print(f"report written to {out} (total {round(time.perf_counter() - started, 1)} s)")
+    sys.stdout.flush()
+    print(json.dumps(reports, separators=(",", ":"), allow_nan=False))
+    return 0
+
+
+def _report(
+    args: argparse.Namespace,
+    plan: Plan,
+    source: str,
+    started: float,
+    results: dict[int, dict[str, Any]],
+    kind: str,
+) -> dict[str, Any]:
     report: dict[str, Any] = {
         "benchmark": "berth-core",
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
@@ -1324,20 +1450,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "seed": args.seed,
         "machine": machine(),
         "sizes": {str(k): v for k, v in results.items()},
-        "targets": targets(results),
+        "fleet": kind,
+        "clock": "this process's CPU time (`time.process_time_ns`, `--cpu-time`: the machine "
+        "was loaded by other work)"
+        if args.cpu_time
+        else "wall-clock `time.perf_counter_ns`",
+        "targets": targets(results, kind),
         "elapsed_s": round(time.perf_counter() - started, 1),
     }
-    console = Console(highlight=False, width=140)
-    print_tables(console, results, report)
-    out: Path = args.out or (QUICK_OUT if plan.quick else DEFAULT_OUT)
-    if not out.is_absolute():
-        out = Path.cwd() / out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(markdown(report, results) + "\n", encoding="utf-8")
-    console.print(f"report written to {out} (total {report['elapsed_s']} s)")
-    sys.stdout.flush()
-    print(json.dumps(report, separators=(",", ":"), allow_nan=False))
-    return 0
+    return report
 
 
 if __name__ == "__main__":

@@ -38,8 +38,9 @@ def pick(*values: Any) -> st.SearchStrategy[Any]:
 
 
 @st.composite
-def hosts(draw: st.DrawFn, name: str) -> Host:
-    n_cells = draw(pick(2, 1, 2))
+def hosts(draw: st.DrawFn, name: str, sizes: tuple[int, ...] = (2, 1, 2)) -> Host:
+    """A random host of one of `sizes` NUMA cells."""
+    n_cells = draw(pick(*sizes))
     page_kb = draw(pick(2048, 0, 1048576, 0))
     cells = []
     for _ in range(n_cells):
@@ -69,7 +70,9 @@ def hosts(draw: st.DrawFn, name: str) -> Host:
 
 
 @st.composite
-def flavors(draw: st.DrawFn, name: str, mode: NumaMode | None = None) -> Flavor:
+def flavors(draw: st.DrawFn, name: str, mode: NumaMode | None = None, max_cells: int = 2) -> Flavor:
+    """A random flavor (of `mode` when given); EVEN and FIXED guests of 2 to `max_cells`
+    cells."""
     if mode is None:
         mode = draw(pick(*MODES))
     pinned = mode != NumaMode.NONE and draw(st.booleans())
@@ -98,12 +101,27 @@ def flavors(draw: st.DrawFn, name: str, mode: NumaMode | None = None) -> Flavor:
             numa=1,
             **common,
         )
+    k = draw(st.integers(2, max_cells)) if max_cells > 2 else 2
     if mode == NumaMode.EVEN:
         return flavor(
             name,
-            vcpus=2 * draw(st.integers(1, 3)),
-            mem=2 * draw(st.integers(1, 4)) * unit,
-            numa=2,
+            vcpus=k * draw(st.integers(1, 3)),
+            mem=k * draw(st.integers(1, 4)) * unit,
+            numa=k,
+            **common,
+        )
+    if mode == NumaMode.FIXED and k > 2:
+        sizes = [draw(st.integers(1, 3)) for _ in range(k - 1)]
+        sizes.append(sizes[0] + draw(st.integers(1, 2)))  # unequal: the mode stays FIXED
+        mems = [draw(st.integers(1, 4)) * unit for _ in range(k)]
+        starts = [sum(sizes[:i]) for i in range(k + 1)]
+        return flavor(
+            name,
+            vcpus=sum(sizes),
+            mem=sum(mems),
+            numa=k,
+            numa_cpus=tuple(_cpus(starts[i], starts[i + 1]) for i in range(k)),
+            numa_mem=tuple(mems),
             **common,
         )
     if mode == NumaMode.FIXED:
@@ -146,15 +164,18 @@ def fleets(
     max_hosts: int = 6,
     target: NumaMode | None = None,
     extra_flavors: int = 3,
+    cells: tuple[int, ...] = (2, 1, 2),
+    max_guest_cells: int = 2,
 ) -> Fleet:
-    """1-6 random hosts and random flavors ('t' of mode `target` when given), no instances."""
+    """1-6 random hosts of one of `cells` cells and random flavors ('t' of mode `target` when
+    given; guests of up to `max_guest_cells` cells), no instances."""
     n = draw(st.integers(min_hosts, max_hosts))
-    host_list = [draw(hosts(f"h{i}")) for i in range(n)]
+    host_list = [draw(hosts(f"h{i}", cells)) for i in range(n)]
     flavor_list = []
     if target is not None:
-        flavor_list.append(draw(flavors("t", target)))
+        flavor_list.append(draw(flavors("t", target, max_guest_cells)))
     for i in range(draw(st.integers(1 if target is None else 0, extra_flavors))):
-        flavor_list.append(draw(flavors(f"f{i}")))
+        flavor_list.append(draw(flavors(f"f{i}", max_cells=max_guest_cells)))
     return fleet(host_list, flavor_list, aliases=ALIASES)
 
 

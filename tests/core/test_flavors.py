@@ -325,12 +325,22 @@ def test_image_hw_properties_are_refused_by_name():
     [
         ({"specs": {"hw:cpu_policy": "mixed"}}, "hw:cpu_policy", "must be 'shared' or 'dedicated'"),
         ({"page": "4MB"}, "hw:mem_page_size", "unknown page size '4mb'"),
-        ({"numa": 3}, "hw:numa_nodes", "must be 1 or 2, got '3'"),
-        ({"numa": 0}, "hw:numa_nodes", "must be 1 or 2, got '0'"),
-        ({"specs": {"hw:numa_nodes": "two"}}, "hw:numa_nodes", "must be 1 or 2"),
+        ({"numa": 9}, "hw:numa_nodes", "must be 1 to 8, got '9'"),
+        ({"numa": 0}, "hw:numa_nodes", "must be 1 to 8, got '0'"),
+        ({"specs": {"hw:numa_nodes": "two"}}, "hw:numa_nodes", "must be 1 to 8"),
+        ({"numa": 3}, "hw:numa_nodes", "an even 3-cell split needs vcpus and memory_mb"),
+        ({"numa": 4, "vcpus": 2}, "hw:numa_nodes", "divisible by 4"),
         ({"numa": 2, "split": "odd"}, "berth:numa_split", "must be 'even' or 'flexible'"),
-        ({"numa": 2, "vcpus": 3}, "hw:numa_nodes", "even two-cell split needs even vcpus"),
-        ({"numa": 2, "mem": 4095}, "hw:numa_nodes", "even two-cell split needs even vcpus"),
+        (
+            {"numa": 2, "vcpus": 3},
+            "hw:numa_nodes",
+            "even 2-cell split needs vcpus and memory_mb divisible by 2",
+        ),
+        (
+            {"numa": 2, "mem": 4095},
+            "hw:numa_nodes",
+            "even 2-cell split needs vcpus and memory_mb divisible by 2",
+        ),
         (
             {"numa": 2, "split": "flexible", "numa_cpus": ("0-1", "2-3")},
             "hw:numa_cpus.0",
@@ -375,7 +385,7 @@ def test_image_hw_properties_are_refused_by_name():
         (
             {"numa": 2, "specs": {"hw:numa_cpus.0": "0-1", "hw:numa_cpus.1": "2-3"}},
             "hw:numa_mem.0",
-            "explicit two-cell split needs numa_cpus and numa_mem per cell",
+            "explicit split needs numa_cpus and numa_mem for every cell",
         ),
         (
             {
@@ -383,7 +393,7 @@ def test_image_hw_properties_are_refused_by_name():
                 "specs": {"hw:numa_cpus.0": "0-1", "hw:numa_mem.0": "2048", "hw:numa_mem.1": "2"},
             },
             "hw:numa_cpus.1",
-            "explicit two-cell split needs",
+            "explicit split needs",
         ),
         (
             {"numa": 2, "numa_cpus": ("0-x", "2-3"), "numa_mem": (2048, 2048)},

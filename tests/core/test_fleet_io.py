@@ -109,8 +109,8 @@ def _bad_memory_type(d: dict[str, Any]) -> None:
     d["hosts"][1]["numa_cells"][1]["memory_mb"] = "lots"
 
 
-def _three_cells(d: dict[str, Any]) -> None:
-    d["hosts"][0]["numa_cells"] *= 3
+def _nine_cells(d: dict[str, Any]) -> None:
+    d["hosts"][0]["numa_cells"] = d["hosts"][0]["numa_cells"][:1] * 9
 
 
 def _no_cells(d: dict[str, Any]) -> None:
@@ -138,7 +138,7 @@ def _bad_policy(d: dict[str, Any]) -> None:
 
 
 def _bad_cell(d: dict[str, Any]) -> None:
-    d["instances"][1]["numa"][0]["cell"] = 2
+    d["instances"][1]["numa"][0]["cell"] = 8
 
 
 def _unknown_host(d: dict[str, Any]) -> None:
@@ -190,14 +190,14 @@ def _empty_name(d: dict[str, Any]) -> None:
     [
         (_bad_memory, "hosts[0].numa_cells[0].memory_mb: Input should be greater than or equal"),
         (_bad_memory_type, "hosts[1].numa_cells[1].memory_mb: Input should be a valid integer"),
-        (_three_cells, "hosts[0].numa_cells: List should have at most 2 items"),
+        (_nine_cells, "hosts[0]: host 'h1': numa_cells: at most 8 NUMA cells, got 9"),
         (_no_cells, "hosts[1].numa_cells: Field required"),
         (_extra_field, "flavors[2].colour: Extra inputs are not permitted"),
         (_bad_ratio, "hosts[0].cpu_allocation_ratio: Input should be greater than 0"),
         (_bad_page, "hosts[0].hugepage_size_kb: Input should be 0, 2048 or 1048576"),
         (_huge_without_size, "hosts[0]: numa_cells declare hugepages_mb but hugepage_size_kb is 0"),
         (_bad_policy, "server_groups[0].policy: Input should be"),
-        (_bad_cell, "instances[1].numa[0].cell: Input should be less than 2"),
+        (_bad_cell, "instances[1].numa[0].cell: Input should be less than 8"),
         (_unknown_host, "instances[2].host: unknown host 'h9'"),
         (_unknown_flavor, "instances[0].flavor: unknown flavor 'nope'"),
         (_unknown_group, "instances[0].server_group: unknown server group 'ghost'"),

@@ -127,18 +127,20 @@ def check_footprint(table: HostTable, flavor: str, cell_use: Any, host_use: Any)
         want[table.device_types.index(device)] = n
     assert np.array_equal(pci, want)
     mode = spec.numa_mode
-    if mode == NumaMode.SINGLE:
-        used = [c for c in (0, 1) if cell_use[c, cpu] or cell_use[c, mem]]
-        assert len(used) == 1
-        if spec.pci_policy == PciPolicy.REQUIRED:  # devices local to the guest's cell
-            assert not cell_use[1 - used[0], CELL_BASE:].any()
-    elif mode in (NumaMode.EVEN, NumaMode.FIXED):
-        shapes = sorted((int(cell_use[c, cpu]), int(cell_use[c, mem])) for c in (0, 1))
+    used = [c for c in range(cell_use.shape[0]) if cell_use[c, cpu] or cell_use[c, mem]]
+    if mode in (NumaMode.SINGLE, NumaMode.EVEN, NumaMode.FIXED):
+        assert len(used) == len(spec.cells)
+        shapes = sorted((int(cell_use[c, cpu]), int(cell_use[c, mem])) for c in used)
         assert shapes == sorted((s.vcpus, s.memory_mb) for s in spec.cells)
+        local = mode == NumaMode.SINGLE or cell_use.shape[0] > 2  # two of two: any cell is local
+        if spec.pci_policy == PciPolicy.REQUIRED and local:  # devices in the guest's cells
+            others = [c for c in range(cell_use.shape[0]) if c not in used]
+            assert not cell_use[others, CELL_BASE:].any()
     elif mode == NumaMode.FLEX:
         least = spec.cells[0]
-        assert (cell_use[:, cpu] >= least.vcpus).all()
-        assert (cell_use[:, mem] >= least.memory_mb).all()
+        assert len(used) == 2
+        assert (cell_use[used, cpu] >= least.vcpus).all()
+        assert (cell_use[used, mem] >= least.memory_mb).all()
 
 
 # ---------------------------------------------------------------------------- (1) accounting

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -42,6 +42,7 @@ class RowDemand:
     fixed: tuple[tuple[int, int, int], ...]  # FIXED: (column, a, b) where a + b != 0
     flex: tuple[tuple[int, int, int], ...]  # FLEX: (column, total, per-cell minimum)
     width: int
+    source: Demand = field(repr=False, compare=False)  # for hosts of more than two cells
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,7 @@ class Demand:
     ``cells`` holds the guest cells' vectors: one row for SINGLE, two for EVEN and FIXED, and for
     FLEX the per-cell minimums (two equal rows) while ``total`` holds the whole guest.
     ``pci`` is the host-level PCI demand (devices that may come from any of the guest's cells).
+    EVEN and FIXED guests of k cells have k rows.
     """
 
     spec: FlavorSpec
@@ -122,6 +124,12 @@ class Demand:
     @property
     def mode(self) -> NumaMode:
         return self.spec.numa_mode
+
+    @property
+    def guest_cells(self) -> int:
+        """How many host cells one guest takes (0 when floating)."""
+        mode = self.mode
+        return 0 if mode == NumaMode.NONE else 2 if mode == NumaMode.FLEX else len(self.cells)
 
     @property
     def cpu_column(self) -> int:
@@ -153,6 +161,7 @@ class Demand:
             fixed=fixed,
             flex=flex,
             width=len(total),
+            source=self,
         )
 
     @cached_property
@@ -208,3 +217,20 @@ def build_demand(spec: FlavorSpec, device_types: list[str]) -> Demand:
         total[CELL_BASE:] = pci
         pci = np.zeros_like(pci)
     return Demand(spec=spec, host=host, cells=cells, total=total, pci=pci)
+
+
+@dataclass(frozen=True, eq=False)
+class FixedPlan:
+    """A footprint that does not depend on the host, as read-only arrays shared by every
+    allocation of the flavor."""
+
+    cell_use: I64
+    host_use: I64
+
+    @classmethod
+    def of(cls, cell_use: I64, host_use: I64) -> FixedPlan:
+        cells = np.array(cell_use, dtype=np.int64)
+        hosts = np.array(host_use, dtype=np.int64)
+        cells.flags.writeable = False
+        hosts.flags.writeable = False
+        return cls(cells, hosts)

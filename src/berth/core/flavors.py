@@ -26,11 +26,15 @@ _Bad = Callable[[str, str], SpecError]
 """Builds the error for one extra-spec key: (key, why) -> SpecError."""
 
 
+MAX_GUEST_CELLS = 8
+"""The most guest NUMA cells a flavor may ask for (`hw:numa_nodes`), as many as a host has."""
+
+
 class NumaMode(IntEnum):
     NONE = 0  # floats over the whole host (no guest NUMA topology)
     SINGLE = 1  # one guest cell on one host cell
-    EVEN = 2  # two guest cells of equal size on the two host cells
-    FIXED = 3  # two guest cells of stated, unequal sizes (hw:numa_cpus.N / hw:numa_mem.N)
+    EVEN = 2  # k guest cells (2 to 8) of equal size on k distinct host cells
+    FIXED = 3  # k guest cells of stated, unequal sizes (hw:numa_cpus.N / hw:numa_mem.N)
     FLEX = 4  # two guest cells, split chosen by Berth within stated minimums
 
 
@@ -77,7 +81,7 @@ class FlavorSpec:
     dedicated_cpus: bool
     page_size_kb: int  # 0 = small pages, -1 = any huge page size, else the exact size
     numa_mode: NumaMode
-    cells: tuple[CellShape, ...]  # SINGLE: 1, EVEN/FIXED: 2, FLEX: the two minimums
+    cells: tuple[CellShape, ...]  # SINGLE: 1, EVEN/FIXED: k (2..8), FLEX: the two minimums
     pci: dict[str, int]  # device type -> count
     pci_policy: PciPolicy
     required_traits: frozenset[str]
@@ -207,8 +211,8 @@ def _numa_shape(
     if nodes_raw is None:
         nodes = 1 if (dedicated or page_size_kb != 0) else 0
     else:
-        if nodes_raw not in ("1", "2"):
-            raise bad("hw:numa_nodes", f"must be 1 or 2, got {nodes_raw!r}")
+        if nodes_raw not in tuple(str(k) for k in range(1, MAX_GUEST_CELLS + 1)):
+            raise bad("hw:numa_nodes", f"must be 1 to {MAX_GUEST_CELLS}, got {nodes_raw!r}")
         nodes = int(nodes_raw)
 
     split = specs.get("berth:numa_split", "even").lower()
@@ -223,21 +227,24 @@ def _numa_shape(
         mode = NumaMode.SINGLE
         cells = (CellShape(flavor.vcpus, flavor.memory_mb),)
     elif split == "flexible":
+        if nodes != 2:
+            raise bad("berth:numa_split", "a flexible split is over exactly two cells")
         if explicit:
             raise bad(explicit[0], "cannot be combined with berth:numa_split=flexible")
         mode = NumaMode.FLEX
         cells = (_flex_minimums(flavor, bad),) * 2
     elif explicit:
-        mode, cells = _explicit_cells(flavor, bad)
+        mode, cells = _explicit_cells(flavor, nodes, bad)
     else:
-        if flavor.vcpus % 2 or flavor.memory_mb % 2:
+        if flavor.vcpus % nodes or flavor.memory_mb % nodes:
             raise bad(
                 "hw:numa_nodes",
-                "an even two-cell split needs even vcpus and memory_mb; "
-                "give hw:numa_cpus.N/hw:numa_mem.N or berth:numa_split=flexible",
+                f"an even {nodes}-cell split needs vcpus and memory_mb divisible by {nodes}; "
+                "give hw:numa_cpus.N/hw:numa_mem.N"
+                + (" or berth:numa_split=flexible" if nodes == 2 else ""),
             )
         mode = NumaMode.EVEN
-        cells = (CellShape(flavor.vcpus // 2, flavor.memory_mb // 2),) * 2
+        cells = (CellShape(flavor.vcpus // nodes, flavor.memory_mb // nodes),) * nodes
     return mode, cells
 
 
@@ -288,15 +295,22 @@ def _flex_minimums(flavor: Flavor, bad: _Bad) -> CellShape:
     return CellShape(min_vcpus, min_mem)
 
 
-def _explicit_cells(flavor: Flavor, bad: _Bad) -> tuple[NumaMode, tuple[CellShape, ...]]:
+def _explicit_cells(
+    flavor: Flavor, nodes: int, bad: _Bad
+) -> tuple[NumaMode, tuple[CellShape, ...]]:
     specs = flavor.extra_specs
+    for key in specs:
+        if key.startswith(("hw:numa_cpus.", "hw:numa_mem.")):
+            index = key.rsplit(".", 1)[1]
+            if not index.isdigit() or int(index) >= nodes:
+                raise bad(key, f"names no guest cell (cells 0-{nodes - 1})")
     seen: set[int] = set()
     shapes = []
-    for cell in (0, 1):
+    for cell in range(nodes):
         cpus_key, mem_key = f"hw:numa_cpus.{cell}", f"hw:numa_mem.{cell}"
         if cpus_key not in specs or mem_key not in specs:
             missing = cpus_key if cpus_key not in specs else mem_key
-            raise bad(missing, "an explicit two-cell split needs numa_cpus and numa_mem per cell")
+            raise bad(missing, "an explicit split needs numa_cpus and numa_mem for every cell")
         cpus = _cpu_list(specs[cpus_key], lambda why, k=cpus_key: bad(k, why))  # type: ignore[misc]
         if cpus & seen:
             raise bad(cpus_key, "overlaps the other cell's CPUs")
@@ -304,11 +318,11 @@ def _explicit_cells(flavor: Flavor, bad: _Bad) -> tuple[NumaMode, tuple[CellShap
         shapes.append(CellShape(len(cpus), _int_spec(specs, mem_key, 0, bad)))
     if seen != set(range(flavor.vcpus)):
         raise bad("hw:numa_cpus.0", f"cells must cover guest CPUs 0-{flavor.vcpus - 1} exactly")
-    if shapes[0].memory_mb + shapes[1].memory_mb != flavor.memory_mb:
+    if sum(s.memory_mb for s in shapes) != flavor.memory_mb:
         raise bad("hw:numa_mem.0", f"cell memory must add up to {flavor.memory_mb}")
     if min(s.memory_mb for s in shapes) < 1:
         raise bad("hw:numa_mem.0", "each cell needs memory")
-    mode = NumaMode.EVEN if shapes[0] == shapes[1] else NumaMode.FIXED
+    mode = NumaMode.EVEN if len(set(shapes)) == 1 else NumaMode.FIXED
     return mode, tuple(shapes)
 
 

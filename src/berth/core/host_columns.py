@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 
@@ -25,10 +28,43 @@ from berth.core.vocabulary import Vocabulary
 I64 = npt.NDArray[np.int64]
 
 
-def capacities(hosts: list[Host], device_types: list[str], width: int) -> tuple[I64, I64]:
-    """(cell capacity (n, cells, width), host capacity (n, host columns)), ratios applied."""
+def cell_axis(hosts: list[Host]) -> int:
+    """The cell axis of a table holding `hosts`: its widest host, at least two (today's
+    layout: a fleet of two-cell hosts keeps its columns and formulas, docs/numa.md)."""
+    return max([CELLS, *(len(h.numa_cells) for h in hosts)])
+
+
+def widen(table: Any, cells: int) -> None:
+    """Pad a table's cell axis (`HostTable`: capacities, free amounts, every allocation's
+    footprint) with empty cells up to `cells`, when a wider host joins."""
+    have = table.cell_cap.shape[1]
+    if cells <= have:
+        return
+
+    def pad(a: I64) -> I64:
+        extra = np.zeros((*a.shape[:-2], cells - have, a.shape[-1]), dtype=np.int64)
+        return np.concatenate([a, extra], axis=-2)
+
+    table.cell_cap = pad(table.cell_cap)
+    table.cell_free = pad(table.cell_free)
+    for key, alloc in table.allocations.items():
+        table.allocations[key] = replace(alloc, cell_use=pad(alloc.cell_use))
+    table._fixed_plans = {}
+
+
+def distances(hosts: list[Host], first_row: int) -> dict[int, list[list[int]]]:
+    """The NUMA distance matrices of the hosts that report one, by table row."""
+    return {r: h.numa_distances for r, h in enumerate(hosts, first_row) if h.numa_distances}
+
+
+def capacities(
+    hosts: list[Host], device_types: list[str], width: int, beside: I64 | None = None
+) -> tuple[I64, I64]:
+    """(cell capacity (n, cells, width), host capacity (n, host columns)), ratios applied; the
+    cell axis as wide as the widest host, or as `beside`'s (a table's cells) if wider."""
     n = len(hosts)
-    cell_cap = np.zeros((n, CELLS, width), dtype=np.int64)
+    cells = max(cell_axis(hosts), 0 if beside is None else beside.shape[1])
+    cell_cap = np.zeros((n, cells, width), dtype=np.int64)
     host_cap = np.zeros((n, HOST_RESOURCES), dtype=np.int64)
     for r, host in enumerate(hosts):
         for c, cell in enumerate(host.numa_cells):

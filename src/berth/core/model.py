@@ -45,12 +45,10 @@ NonNeg = Annotated[int, BeforeValidator(not_bool), Field(ge=0, le=MAX_QUANTITY)]
 Cpus = Annotated[int, BeforeValidator(not_bool), Field(ge=0, le=MAX_CELL_CPUS)]
 Ratio = Annotated[float, Field(gt=0.0, le=64.0)]
 
-MAX_NUMA_CELLS = 2
-"""Hosts have one or two NUMA cells (two sockets), the shape of the fleets Berth was built for.
-
-Every NUMA rule (single-cell, even and uneven two-cell splits) is exact on this shape; see
-docs/numa.md for why wider hosts are refused rather than approximated.
-"""
+MAX_NUMA_CELLS = 8
+"""Hosts have one to eight NUMA cells (two sockets, or sub-NUMA clustering / NPS4 / four
+sockets). Every NUMA rule is exact on them (docs/numa.md: closed forms where they exist, an
+exact search otherwise); wider hosts are refused at load, naming the host."""
 
 
 class _Strict(BaseModel):
@@ -96,7 +94,27 @@ class Host(_Strict):
     disk: DiskInventory = Field(default_factory=DiskInventory)
     io_ops: Annotated[int, BeforeValidator(not_bool), Field(ge=0, le=1_000_000)] = 0
     rack: Name | None = None
-    numa_cells: list[NumaCell] = Field(min_length=1, max_length=MAX_NUMA_CELLS)
+    numa_cells: list[NumaCell] = Field(min_length=1)
+    numa_distances: list[list[Annotated[int, Field(ge=0, le=255)]]] | None = Field(
+        None,
+        description="the host's NUMA distance matrix (as `numactl -H` prints it), one row per "
+        "cell; a multi-cell guest prefers close cells (docs/numa.md)",
+    )
+
+    @model_validator(mode="after")
+    def _at_most_eight_cells(self) -> Host:
+        n = len(self.numa_cells)
+        if n > MAX_NUMA_CELLS:
+            raise ValueError(
+                f"host {self.name!r}: numa_cells: at most {MAX_NUMA_CELLS} NUMA cells, got {n}"
+            )
+        dist = self.numa_distances
+        if dist is not None and (len(dist) != n or any(len(row) != n for row in dist)):
+            raise ValueError(
+                f"host {self.name!r}: numa_distances: must be a {n} x {n} matrix "
+                "(one row and one column per NUMA cell)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _hugepages_need_size(self) -> Host:

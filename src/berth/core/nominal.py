@@ -12,6 +12,7 @@ the host cell's CPUs and memory), and a pinned guest never over-commits memory (
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -25,8 +26,8 @@ F64 = npt.NDArray[np.float64]
 
 @dataclass(frozen=True)
 class Nominal:
-    shared: I64  # (n, CELLS) shared CPUs per cell
-    memory: I64  # (n, CELLS) small-page memory MB per cell
+    shared: I64  # (n, cells) shared CPUs per cell (the table's cell axis)
+    memory: I64  # (n, cells) small-page memory MB per cell
     cpu_ratio: F64  # (n,)
     ram_ratio: F64
     disk_ratio: F64
@@ -42,8 +43,9 @@ class Nominal:
     @classmethod
     def of(cls, hosts: list[Host]) -> Nominal:
         n = len(hosts)
-        shared = np.zeros((n, CELLS), dtype=np.int64)
-        memory = np.zeros((n, CELLS), dtype=np.int64)
+        cells = max([CELLS, *(len(h.numa_cells) for h in hosts)])  # as the table's cell axis
+        shared = np.zeros((n, cells), dtype=np.int64)
+        memory = np.zeros((n, cells), dtype=np.int64)
         for r, host in enumerate(hosts):
             for c, cell in enumerate(host.numa_cells):
                 shared[r, c] = cell.shared_cpus
@@ -69,12 +71,14 @@ class Nominal:
 
     def extend(self, hosts: list[Host]) -> Nominal:
         new = Nominal.of(hosts)
-        return Nominal(
-            **{
-                name: np.concatenate([getattr(self, name), getattr(new, name)])
-                for name in self.__dataclass_fields__
-            }
-        )
+        cells = max(self.shared.shape[1], new.shared.shape[1])
+
+        def join(a: Any, b: Any) -> Any:
+            if a.ndim == 2:  # per cell: pad the narrower with empty cells
+                a, b = (np.pad(x, ((0, 0), (0, cells - x.shape[1]))) for x in (a, b))
+            return np.concatenate([a, b])
+
+        return Nominal(**{name: join(getattr(self, name), getattr(new, name)) for name in FIELDS})
 
     @property
     def host_shared(self) -> I64:
@@ -83,3 +87,6 @@ class Nominal:
     @property
     def host_memory(self) -> I64:
         return self.memory.sum(axis=1)
+
+
+FIELDS = tuple(Nominal.__dataclass_fields__)

@@ -1,6 +1,7 @@
 """Column layout of the resource arrays, shared by the table, the NUMA fit and the filters.
 
-Per NUMA cell (array shape ``(hosts, 2, CELL_BASE + pci_types)``):
+Per NUMA cell (array shape ``(hosts, cells, CELL_BASE + pci_types)``; ``cells`` is the widest
+host's, at least `CELLS`, narrower hosts padded with empty cells, docs/numa.md):
 
 * ``C_VCPU``  shared vCPUs, capacity = floor(shared CPUs x cpu_allocation_ratio)
 * ``C_PCPU``  dedicated (pinnable) CPUs, never over-committed
@@ -37,6 +38,7 @@ H_SSD: Final = 3
 HOST_RESOURCES: Final = 4
 
 CELLS: Final = 2
+"""The narrowest cell axis of a table (a fleet of one- and two-cell hosts keeps this layout)."""
 
 CELL_NAMES: Final = ("shared vCPUs", "pinned CPUs", "memory MB", "huge-page memory MB")
 HOST_NAMES: Final = ("vCPUs", "RAM MB", "HDD GB", "SSD GB")

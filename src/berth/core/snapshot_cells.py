@@ -10,7 +10,7 @@ from berth.core.demand import Demand
 from berth.core.errors import SpecError
 from berth.core.flavors import NumaMode
 from berth.core.model import CellPlacement
-from berth.core.resources import CELL_BASE, CELLS
+from berth.core.resources import CELL_BASE
 
 I64 = npt.NDArray[np.int64]
 
@@ -19,22 +19,29 @@ def stated_use(d: Demand, numa: list[CellPlacement], cell_free: I64, width: int)
     """The footprint of a snapshot instance of `d` at its stated cells `numa`, checked against
     the flavor; `cell_free` is its host's free cells (for where its PCI devices come from)."""
     shape = stated_shape(d, [(p.cell, p.vcpus, p.memory_mb) for p in numa])
-    cell_use = np.zeros((CELLS, width), dtype=np.int64)
+    cells = cell_free.shape[0]
+    cell_use = np.zeros((cells, width), dtype=np.int64)
     for cell, (vcpus, memory) in shape.items():
+        if cell >= cells:
+            raise SpecError(f"numa placement names cell {cell}; the host has {cells}")
         cell_use[cell, d.cpu_column] = vcpus
         cell_use[cell, d.mem_column] = memory
-    free = cell_free[:, CELL_BASE:]
     if d.mode == NumaMode.SINGLE:
         (cell,) = shape
         cell_use[cell, CELL_BASE:] = d.cells[0, CELL_BASE:]  # cell-local devices
-        own = np.full(free.shape[1], cell)
-    else:  # as the claim rule (`numa.rule`): per device type, the cell with more free devices
-        own = (free[1] > free[0]).astype(np.int64)
-    # host-level devices: the guest's own cell first, then the other
-    cols = np.arange(free.shape[1])
-    take_own = np.minimum(d.pci, np.maximum(free[own, cols], 0))
-    cell_use[own, CELL_BASE + cols] += take_own
-    cell_use[1 - own, CELL_BASE + cols] += d.pci - take_own
+    # host-level devices as the claim rule (`numa.rule`) takes them: the guest's own cells
+    # first, then the others, each group the cell with more free devices first (lowest on a tie)
+    mine = np.zeros(cells, dtype=bool)
+    mine[list(shape)] = True
+    for p in np.flatnonzero(d.pci):
+        col = CELL_BASE + p
+        free = np.maximum(cell_free[:, col], 0)
+        want = int(d.pci[p])
+        order = sorted(range(cells), key=lambda c: (not mine[c], -free[c], c))
+        for i, c in enumerate(order):
+            took = want if i == cells - 1 else min(want, int(free[c]))
+            cell_use[c, col] += took
+            want -= took
     return cell_use, d.host.copy()
 
 

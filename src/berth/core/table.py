@@ -17,15 +17,15 @@ import numpy as np
 import numpy.typing as npt
 
 from berth.core import kernels
-from berth.core.demand import Demand, build_demand
+from berth.core.demand import Demand, FixedPlan, build_demand
 from berth.core.errors import ClaimError, FleetError, SpecError, StaleGenerationError
 from berth.core.flavors import FlavorSpec, NumaMode, parse_flavor
-from berth.core.host_columns import capacities, merged_metadata, trait_bits
+from berth.core.host_columns import capacities, distances, merged_metadata, trait_bits, widen
 from berth.core.model import Fleet, Host, Instance, ServerGroup
 from berth.core.nominal import Nominal
 from berth.core.numa import dispatch, scalar
 from berth.core.numa.vector import fits, resource_major, take
-from berth.core.resources import CELL_BASE, CELLS, HOST_NAMES, HOST_RESOURCES, cell_resource_name
+from berth.core.resources import CELL_BASE, HOST_NAMES, HOST_RESOURCES, cell_resource_name
 from berth.core.snapshot_cells import stated_cells, stated_use
 from berth.core.table_changes import ChangeTracking
 from berth.core.vocabulary import KeyedValues, Vocabulary, extend_keyed
@@ -36,23 +36,6 @@ INT32_MAX = np.iinfo(np.int32).max
 INT32_MAX_INT = int(INT32_MAX)
 
 
-@dataclass(frozen=True, eq=False)
-class FixedPlan:
-    """A footprint that does not depend on the host, as read-only arrays shared by every
-    allocation of the flavor."""
-
-    cell_use: I64
-    host_use: I64
-
-    @classmethod
-    def of(cls, cell_use: I64, host_use: I64) -> FixedPlan:
-        cells = np.array(cell_use, dtype=np.int64)
-        hosts = np.array(host_use, dtype=np.int64)
-        cells.flags.writeable = False
-        hosts.flags.writeable = False
-        return cls(cells, hosts)
-
-
 @dataclass(frozen=True)
 class Allocation:
     """An instance's exact footprint on its host."""
@@ -60,7 +43,7 @@ class Allocation:
     instance_id: str
     host: str
     flavor: str
-    cell_use: I64  # (2, cell columns)
+    cell_use: I64  # (cells, cell columns)
     host_use: I64  # (host columns,)
     server_group: str | None = None
     project: str = "default"
@@ -76,11 +59,12 @@ class HostTable(ChangeTracking):
         self.width = CELL_BASE + len(self.device_types)
         self.names: list[str] = []
         self.index: dict[str, int] = {}
-        self.cell_cap = np.zeros((0, CELLS, self.width), dtype=np.int64)
+        self.cell_cap = np.zeros((0, 2, self.width), dtype=np.int64)  # widened by add_hosts
         self.cell_free = np.zeros_like(self.cell_cap)
         self.host_cap = np.zeros((0, HOST_RESOURCES), dtype=np.int64)
         self.host_free = np.zeros_like(self.host_cap)
         self.n_cells = np.zeros(0, dtype=np.int8)
+        self.distance: dict[int, list[list[int]]] = {}  # row -> NUMA distances, if reported
         self.page_kb = np.zeros(0, dtype=np.int32)
         self.n_instances = np.zeros(0, dtype=np.int32)
         self.generation = np.zeros(0, dtype=np.int64)
@@ -167,7 +151,9 @@ class HostTable(ChangeTracking):
         n0, n = len(self.names), len(hosts)
         if n == 0:
             return
-        cell_cap, host_cap = capacities(hosts, self.device_types, self.width)
+        cell_cap, host_cap = capacities(hosts, self.device_types, self.width, self.cell_cap)
+        widen(self, cell_cap.shape[1])  # a wider host: pad every row's cells (docs/numa.md)
+        self.distance.update(distances(hosts, n0))
 
         def cat(old: Any, new: Any, dtype: Any) -> Any:
             return np.concatenate([old, np.asarray(new, dtype=dtype)])
@@ -286,7 +272,7 @@ class HostTable(ChangeTracking):
             assert isinstance(fixed, FixedPlan)
             return fixed.cell_use.copy(), fixed.host_use.copy()
         d = self.demand(flavor)  # one host: plain integers (`numa.scalar`), the same footprint
-        cells = scalar.place(d.rows, self.cell_free[row].tolist())
+        cells = scalar.place(d.rows, self.cell_free[row].tolist(), self.distance.get(row))
         return np.array(cells, dtype=np.int64), d.host.copy()
 
     def _fixed_for(self, flavor: str) -> FixedPlan | bool:
@@ -300,9 +286,10 @@ class HostTable(ChangeTracking):
         (floating guests and even splits without host-level PCI); False otherwise."""
         if d.pci.any():
             return False
+        cells = self.cell_cap.shape[1]
         if d.mode == NumaMode.NONE:
-            return FixedPlan.of(np.zeros((CELLS, self.width), dtype=np.int64), d.host)
-        if d.mode == NumaMode.EVEN:
+            return FixedPlan.of(np.zeros((cells, self.width), dtype=np.int64), d.host)
+        if d.mode == NumaMode.EVEN and len(d.cells) == cells:  # every cell, on every host
             return FixedPlan.of(d.cells, d.host)
         return False
 

@@ -143,6 +143,8 @@ class EvictionSearch:
 
     # ------------------------------------------------------------------ one instance
     def one(self, table: HostTable, request: RequestSpec, source: Victims) -> Choice | None:
+        if table.cell_cap.shape[1] != CELLS:  # written for two-cell hosts (docs/numa.md)
+            return None
         d = table.demand(request.flavor)
         hosts = self._candidates(table, request, d, source)
         if not hosts:

@@ -415,7 +415,7 @@ class DefragService:
             table = view.table.copy()
             drain = frozenset(h for h in r.draining if h in table.index)
             now = r.clock()
-        cell_use, host_use = to_arrays(s.footprint, table.device_types)
+        cell_use, host_use = to_arrays(s.footprint, table.device_types, table.cell_cap.shape[1])
         move = Move(
             step=s.step,
             wave=s.wave,

@@ -193,7 +193,9 @@ class Replica:
         for inst in snap.instances:
             view = clusters[host_cluster[inst.host]]
             table = view.table
-            cell_use, host_use = to_arrays(inst.placement, table.device_types)
+            cell_use, host_use = to_arrays(
+                inst.placement, table.device_types, table.cell_cap.shape[1]
+            )
             table.claim(
                 inst.id,
                 inst.host,
@@ -366,7 +368,9 @@ class Replica:
             driver = CachingScheduler(self.scheduler, view.table)
             try:
                 if kind == "instance_claimed":
-                    cell_use, host_use = to_arrays(p["footprint"], view.table.device_types)
+                    cell_use, host_use = to_arrays(
+                        p["footprint"], view.table.device_types, view.table.cell_cap.shape[1]
+                    )
                     result = driver.apply(
                         InstanceClaimed(
                             ev.host,

@@ -144,7 +144,7 @@ class HostIn(_In):
     hugepage_size_kb: Literal[0, 2048, 1048576] = 0
     disk: DiskIn = Field(default_factory=DiskIn)
     rack: Ident | None = None
-    numa_cells: list[CellIn] = Field(min_length=1, max_length=2)
+    numa_cells: list[CellIn] = Field(min_length=1, max_length=8)  # model.MAX_NUMA_CELLS
 
 
 class HostUsage(BaseModel):

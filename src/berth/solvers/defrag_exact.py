@@ -45,6 +45,7 @@ from berth.core.defrag.objective import (
 from berth.core.defrag.rules import TargetRules, immovable
 from berth.core.demand import Demand
 from berth.core.engine import FilterScheduler
+from berth.core.errors import BerthError
 from berth.core.flavors import NumaMode
 from berth.core.model import GroupPolicy
 from berth.core.numa import vector
@@ -220,6 +221,8 @@ def exact_optimum(
     time_limit: float = 30.0,
 ) -> ExactResult:
     """The best objective of a final state within the budget (module docstring)."""
+    if table.cell_cap.shape[1] != CELLS:
+        raise BerthError("the exact defragmentation optimum models two-cell hosts only")
     check_target(table, target)
     model = _Model()
     drain = drain_mask(table, target.drain)

@@ -62,7 +62,9 @@ class _Rows:
         rows.cluster_of = {r.host.name: r.cluster for r in snap.hosts}
         for inst in snap.instances:
             table = rows.table(inst.host)
-            cell_use, host_use = to_arrays(inst.placement, table.device_types)
+            cell_use, host_use = to_arrays(
+                inst.placement, table.device_types, table.cell_cap.shape[1]
+            )
             rows.used_cells[inst.host] = rows.used_cells.get(inst.host, 0) + cell_use
             rows.used_host[inst.host] = rows.used_host.get(inst.host, 0) + host_use
             rows.count[inst.host] = rows.count.get(inst.host, 0) + 1

@@ -519,7 +519,9 @@ def _check_plan(
         cap = capacities.get(host)
         if cap is None:
             raise PlanRejectedError(f"no inventory given for host {host!r}")
-        cell_used, host_used = sum_footprints(by_host[host], cap.device_types)
+        cell_used, host_used = sum_footprints(
+            by_host[host], cap.device_types, cap.cell_cap.shape[0]
+        )
         if (cell_used > cap.cell_cap).any() or (host_used > cap.host_cap).any():
             raise PlanRejectedError(f"host {host!r} would be over-committed")
     for gid, (policy, max_per_host, max_size) in sets.items():

@@ -114,7 +114,7 @@ class DefragSteps(DefragTables):
             ).where(t.instances.c.host == s.target)
         ).all()
         used_cells, used_host = sum_footprints(
-            [r.placement for r in rows] + [s.footprint], cap.device_types
+            [r.placement for r in rows] + [s.footprint], cap.device_types, cap.cell_cap.shape[0]
         )
         if (used_cells > cap.cell_cap).any() or (used_host > cap.host_cap).any():
             raise PlanRejectedError(f"instance {inst.id!r} no longer fits on host {s.target!r}")

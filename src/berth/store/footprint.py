@@ -51,11 +51,13 @@ def to_named(cell_use: I64, host_use: I64, device_types: list[str]) -> Footprint
     return {"cells": cells, "host": host}
 
 
-def to_arrays(fp: Footprint, device_types: list[str]) -> tuple[I64, I64]:
-    """The footprint in a table's layout; a device type the table lacks is a `ClaimError`."""
+def to_arrays(fp: Footprint, device_types: list[str], cells: int = CELLS) -> tuple[I64, I64]:
+    """The footprint in a table's layout (`cells` its cell axis); a device type the table
+    lacks, or a cell beyond its axis, is a `ClaimError`."""
     width = CELL_BASE + len(device_types)
-    cell_use = np.zeros((CELLS, width), dtype=np.int64)
-    for c, cell in enumerate(fp["cells"][:CELLS]):
+    cell_use = np.zeros((cells, width), dtype=np.int64)
+    _check_cells(fp, cells)
+    for c, cell in enumerate(fp["cells"][:cells]):
         for name, col in _CELL:
             cell_use[c, col] = int(cell.get(name, 0))
         for device, count in cell.get("pci", {}).items():
@@ -68,14 +70,24 @@ def to_arrays(fp: Footprint, device_types: list[str]) -> tuple[I64, I64]:
     return cell_use, host_use
 
 
-def sum_footprints(fps: list[Footprint], device_types: list[str]) -> tuple[I64, I64]:
-    """The summed use of several footprints in a table's layout (one array built at the end)."""
+def _check_cells(fp: Footprint, cells: int) -> None:
+    used = [c for c, cell in enumerate(fp["cells"]) if any(cell.values())]
+    if used and used[-1] >= cells:
+        raise ClaimError(f"footprint uses NUMA cell {used[-1]}; the host has {cells}")
+
+
+def sum_footprints(
+    fps: list[Footprint], device_types: list[str], n_cells: int = CELLS
+) -> tuple[I64, I64]:
+    """The summed use of several footprints in a table's layout (`n_cells` its cell axis; one
+    array built at the end)."""
     width = CELL_BASE + len(device_types)
-    cells = [[0] * width for _ in range(CELLS)]
+    cells = [[0] * width for _ in range(n_cells)]
     host = [0] * HOST_RESOURCES
     index = {d: CELL_BASE + i for i, d in enumerate(device_types)}
     for fp in fps:
-        for c, cell in enumerate(fp["cells"][:CELLS]):
+        _check_cells(fp, n_cells)
+        for c, cell in enumerate(fp["cells"][:n_cells]):
             row = cells[c]
             for name, col in _CELL:
                 row[col] += int(cell.get(name, 0))

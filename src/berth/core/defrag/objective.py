@@ -142,7 +142,11 @@ class HostValue:
                 if q < c:
                     c = q
             for col, v in pci_cols:
-                q = (cell_free[0][col] + cell_free[1][col]) // v
+                q = (
+                    cell_free[0][col] + cell_free[1][col]
+                    if len(cell_free) == 2
+                    else sum(cell[col] for cell in cell_free)
+                ) // v
                 if q < c:
                     c = q
             if rd is not None:

@@ -366,7 +366,8 @@ class _Planner:
         left = work.n_instances[rows].astype(np.int64)
         core: Mask = np.asarray(cell_use[:, :, :CELL_BASE].any(axis=2))  # instances x cells
         groups = [np.ones(len(ids), dtype=bool)]
-        groups += [core[:, c] & ~core[:, 1 - c] for c in range(core.shape[1])]
+        alone = core.sum(axis=1) == 1  # single-cell instances, by their cell
+        groups += [core[:, c] & alone for c in range(core.shape[1])]
         for members in groups:
             idx = np.flatnonzero(members)
             if idx.size == 0:

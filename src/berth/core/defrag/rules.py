@@ -19,6 +19,7 @@ from berth.core.filters.base import Context
 from berth.core.filters.traits import trait_mask
 from berth.core.flavors import NumaMode
 from berth.core.model import GroupPolicy
+from berth.core.numa import wide
 from berth.core.request import RequestSpec
 from berth.core.resources import CELL_BASE
 from berth.core.table import Allocation, HostTable
@@ -74,7 +75,7 @@ def footprint_error(table: HostTable, flavor: str, cell_use: I64, host_use: I64)
     """
     d = table.demand(flavor)
     width = CELL_BASE + len(table.device_types)
-    if cell_use.shape != (2, width) or host_use.shape != d.host.shape:
+    if cell_use.shape != (table.cell_cap.shape[1], width) or host_use.shape != d.host.shape:
         return "footprint has the wrong shape for this fleet"
     if (cell_use < 0).any() or (host_use < 0).any():
         return "footprint has a negative amount"
@@ -87,24 +88,24 @@ def footprint_error(table: HostTable, flavor: str, cell_use: I64, host_use: I64)
     if not np.array_equal(cell_use.sum(axis=0), total):
         return f"per-cell footprint does not add up to flavor {flavor!r}"
     core = cell_use[:, :CELL_BASE]
+    used = [c for c in range(core.shape[0]) if core[c].any()]
     mode = d.mode
     if mode == NumaMode.NONE:
-        ok = not core.any()
-    elif mode == NumaMode.SINGLE:
-        ok = any(np.array_equal(core[c], d.cells[0, :CELL_BASE]) for c in (0, 1))
-    elif mode in (NumaMode.EVEN, NumaMode.FIXED):
-        a, b = d.cells[0, :CELL_BASE], d.cells[1, :CELL_BASE]
-        ok = (np.array_equal(core[0], a) and np.array_equal(core[1], b)) or (
-            np.array_equal(core[0], b) and np.array_equal(core[1], a)
+        ok = not used
+    elif mode in (NumaMode.SINGLE, NumaMode.EVEN, NumaMode.FIXED):  # the guest's cells, any order
+        ok = sorted(core[c].tolist() for c in used) == sorted(
+            row.tolist() for row in d.cells[:, :CELL_BASE]
         )
     else:  # FLEX
-        ok = bool((core >= d.cells[0, :CELL_BASE]).all())
+        ok = len(used) == 2 and bool((core[used] >= d.cells[0, :CELL_BASE]).all())
     if not ok:
         return f"per-cell footprint is not a legal NUMA split of flavor {flavor!r}"
-    if mode == NumaMode.SINGLE and d.cells[0, CELL_BASE:].any():
-        own = 0 if core[0].any() else 1
-        if not np.array_equal(cell_use[own, CELL_BASE:], d.cells[0, CELL_BASE:] + d.pci):
-            return f"flavor {flavor!r} needs its PCI devices on its own NUMA cell"
+    if mode == NumaMode.NONE:
+        return None
+    local = d.cells[0, CELL_BASE:].any() or (wide.local_pci(d) and core.shape[0] > 2)
+    others = [c for c in range(core.shape[0]) if c not in used]
+    if local and cell_use[others, CELL_BASE:].any():
+        return f"flavor {flavor!r} needs its PCI devices on its own NUMA cells"
     return None
 
 

@@ -116,7 +116,7 @@ class MoveSearch:
         self.owner = np.array([work.index[a.host] for a in allocs], dtype=np.int64)
         width = work.cell_free.shape[2]
         self.cell_use = np.array([a.cell_use for a in allocs], dtype=np.int64).reshape(
-            len(ids), 2, width
+            len(ids), work.cell_free.shape[1], width
         )
         self.host_use = np.array([a.host_use for a in allocs], dtype=np.int64).reshape(
             len(ids), work.host_free.shape[1]
@@ -133,6 +133,7 @@ class MoveSearch:
         """Per host row, the positions of its movable instances (moved ones stay, not alive)."""
         for i, r in enumerate(self.owner.tolist()):
             self.by_host.setdefault(r, []).append(i)
+        shapes = shapes and work.cell_free.shape[1] == 2  # two-cell shapes (docs/numa.md)
         self.shapes = {f: fixed_shapes(work.demand(f)) if shapes else [] for f in self.flavor_names}
         # request-independent target masks, one per request shape (rules cache them)
         masks: dict[int, int] = {}

@@ -5,8 +5,8 @@ fitting cell, the orientation that leaves more of the flavor). A migration may s
 footprint (`rules.footprint_error`), so the planner values every legal shape on the target and
 keeps the one that loses the least objective; on ties, the rule's own choice. Shapes that do not
 depend on the host (one cell either way, an even split, both orientations of a fixed split) are
-listed once per flavor; flexible splits, floating guests and host-level PCI devices keep the
-rule's footprint.
+listed once per flavor; flexible splits, floating guests, host-level PCI devices and tables with
+hosts of more than two cells (docs/numa.md) keep the rule's footprint.
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ RULE = -1
 
 
 def fixed_shapes(d: Demand) -> list[I64]:
-    """The host-independent footprints (cells x columns) an instance of `d` may take."""
-    if d.pci.any():
+    """The host-independent footprints (cells x columns) an instance of `d` may take on a
+    two-cell table (on a wider one, or for a guest of more than two cells, only the rule's)."""
+    if d.pci.any() or d.guest_cells > 2:
         return []
     width = d.total.size
     zero = np.zeros(width, dtype=np.int64)

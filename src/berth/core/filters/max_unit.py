@@ -34,6 +34,9 @@ def cells_ok(ok: Mask, fits: Mask, mode: NumaMode, n_cells: np.ndarray) -> Mask:
     if mode == NumaMode.SINGLE:
         single: Mask = ~np.any(fits[:, 0] & real & ~ok[:, 0], axis=1)
         return single
+    if ok.shape[1] != 2 or ok.shape[2] != 2:  # k of n cells: no guest cell may land badly
+        wide: Mask = ~np.any(fits & real[:, None, :] & ~ok, axis=(1, 2))
+        return wide | (n_cells < ok.shape[1])
     straight_ok, swap_ok = ok[:, 0, 0] & ok[:, 1, 1], ok[:, 0, 1] & ok[:, 1, 0]
     straight_fit, swap_fit = fits[:, 0, 0] & fits[:, 1, 1], fits[:, 0, 1] & fits[:, 1, 0]
     bad = (straight_fit & ~straight_ok) | (swap_fit & ~swap_ok)

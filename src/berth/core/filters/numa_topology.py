@@ -1,7 +1,8 @@
 """The guest's NUMA topology fits the host's cells (NUMATopologyFilter, done exactly).
 
 Checks pinned/shared CPUs, small-page or huge-page memory and cell-local PCI devices per cell,
-for one guest cell, two even cells, two stated uneven cells, or Berth's flexible split. Host-wide
+for one guest cell, k even cells, k stated uneven cells, or Berth's flexible split (on hosts of
+at most two cells). Host-wide
 columns (RAM, vCPU, disk, PCI totals) belong to their own filters.
 """
 
@@ -45,6 +46,8 @@ class NumaTopologyFilter(HostFilter):
         return None
 
     def static_part(self, ctx: Context) -> Mask | None:
+        if ctx.demand.mode == NumaMode.FLEX and ctx.table.cell_cap.shape[1] > 2:
+            return page_size_ok(ctx) & (ctx.table.n_cells <= 2)
         return page_size_ok(ctx)
 
     def mask(self, ctx: Context) -> Mask:
@@ -52,6 +55,8 @@ class NumaTopologyFilter(HostFilter):
         if d.mode == NumaMode.NONE:
             return ctx.table.everyone()
         fit = ctx.table.cells_fit(d.spec.name)
+        if d.mode == NumaMode.FLEX and ctx.table.cell_cap.shape[1] > 2:
+            fit = fit & (ctx.table.n_cells <= 2)
         if not d.spec.hugepages:  # small pages suit every host
             return fit
         return fit & page_size_ok(ctx)
@@ -61,11 +66,21 @@ class NumaTopologyFilter(HostFilter):
         spec = d.spec
         out: list[tuple[Rejection, Mask]] = []
         left = failed.copy()
-        guest_cells = 1 if d.mode == NumaMode.SINGLE else 2
-        if guest_cells == 2:
-            few = left & (ctx.table.n_cells < 2)
-            out.append((Rejection("numa_cells", "host has one NUMA cell, flavor needs two"), few))
+        guest_cells = d.guest_cells
+        if guest_cells >= 2:
+            few = left & (ctx.table.n_cells < guest_cells)
+            why = (
+                "host has one NUMA cell, flavor needs two"
+                if guest_cells == 2
+                else f"host has fewer than {guest_cells} NUMA cells, flavor needs {guest_cells}"
+            )
+            out.append((Rejection("numa_cells", why), few))
             left &= ~few
+        if d.mode == NumaMode.FLEX:
+            wide = left & (ctx.table.n_cells > 2)
+            why = "a flexible split is placed on hosts of at most two NUMA cells (docs/numa.md)"
+            out.append((Rejection("numa_flex_cells", why), wide))
+            left &= ~wide
         if spec.hugepages:
             bad = left & ~page_size_ok(ctx)
             size = "any" if spec.page_size_kb < 0 else f"{spec.page_size_kb} KB"

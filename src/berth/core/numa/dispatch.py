@@ -22,9 +22,10 @@ def count_on(
 ) -> I64:
     """`vector.count` of `d` on `rows` (None: every host), the cheaper way for their number: the
     compiled pass (`compiled.counts`) up to `KERNEL_ROWS` hosts, numpy's vectorised count
-    beyond. With `cells_only`, the cells' count alone, to compare with 1 only (numpy stops
-    counting at 1)."""
-    if rows is not None and rows.size <= KERNEL_ROWS:
+    beyond, and always numpy on a cell axis wider than two or for a guest of more than two
+    cells (the kernels hold the two-cell rule only; docs/numa.md). With `cells_only`, the
+    cells' count alone, to compare with 1 only (numpy stops counting at 1)."""
+    if rows is not None and rows.size <= KERNEL_ROWS and vector.two_cells(d, cell_free):
         out = np.empty(rows.size, dtype=np.int64)
         compiled.counts(cell_free, host_free, rows, d.packed, cells_only, out)
         return out

@@ -22,6 +22,21 @@ THE RULE (one clause per mode, `flavors.NumaMode`; docs/numa.md has the proofs):
 * PCI (host-level devices): from the guest's own cell first (SINGLE), otherwise from the cell
   with MORE free devices of that type (cell 0 on a tie); the rest from the other cell.
 
+ON HOSTS OF MORE THAN TWO CELLS, OR GUESTS OF MORE THAN TWO (`wide`, `search`; every guest
+cell on a different host cell):
+
+* SINGLE: the fitting cell with the fewest slots; on a tie, the lowest cell.
+* EVEN over k cells: among the sets of k cells that keep the count at count - 1 (every cell
+  with a slot, at most ``slack`` roomy cells left out: docs/numa.md), the one with the
+  smallest sum of NUMA distances (index distance without a matrix), then the most slots,
+  then the first in lexicographic order.
+* FIXED (and EVEN or FIXED with `required` devices on more cells than the guest takes): the
+  closest placement (same distance order) among those that keep count - 1, found by the exact
+  search; a FIXED state too large to sweep is refused (count 0, `search.too_large`).
+* FLEX: only on hosts of at most two cells (the filter refuses the others).
+* PCI (host-level devices): the guest's own cells first, then the others, each group the cell
+  with more free devices first (lowest on a tie); for two cells this is the clause above.
+
 THE INVARIANT: placing one instance by the rule lowers count by exactly one, so "capacity says
 k" means k sequential placements succeed and the (k+1)-th fails (`tests/core/test_properties.py`).
 

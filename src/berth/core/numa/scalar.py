@@ -17,8 +17,11 @@ A host's state is ``(cell_free, host_free)``: ``cell_free`` a list of the cells'
 
 from __future__ import annotations
 
+import numpy as np
+
 from berth.core.demand import Cols, RowDemand
 from berth.core.flavors import NumaMode
+from berth.core.numa import vector
 from berth.core.numa.rule import BIG
 
 Cells = list[list[int]]
@@ -45,10 +48,15 @@ def host_limit(rd: RowDemand, cell_free: Cells, host_free: list[int]) -> int:
         if q < out:
             out = q
     for col, v in rd.pci:
-        q = (cell_free[0][col] + cell_free[1][col]) // v
+        q = sum(cell[col] for cell in cell_free) // v
         if q < out:
             out = q
     return out if out > 0 else 0
+
+
+def two_cells(rd: RowDemand, cell_free: Cells) -> bool:
+    """`vector.two_cells`: the two-cell arithmetic below applies (else `wide`, through numpy)."""
+    return len(cell_free) == 2 and rd.source.guest_cells <= 2
 
 
 def _fixed_count(fixed: tuple[tuple[int, int, int], ...], f0: list[int], f1: list[int]) -> int:
@@ -79,6 +87,9 @@ def _fixed_count(fixed: tuple[tuple[int, int, int], ...], f0: list[int], f1: lis
 
 
 def cell_count(rd: RowDemand, cell_free: Cells) -> int:
+    if not two_cells(rd, cell_free):
+        arr = np.array([cell_free], dtype=np.int64)
+        return int(vector.cell_count(rd.source, arr)[0])
     mode = rd.mode
     if mode == NumaMode.NONE:
         return BIG
@@ -104,8 +115,16 @@ def count(rd: RowDemand, cell_free: Cells, host_free: list[int]) -> int:
     return min(cell_count(rd, cell_free), host_limit(rd, cell_free, host_free))
 
 
-def place(rd: RowDemand, cell_free: Cells) -> Cells:
-    """`vector.place(d, ...)[0]` for one host: the cells' use (the host use is `Demand.host`)."""
+def place(rd: RowDemand, cell_free: Cells, distance: list[list[int]] | None = None) -> Cells:
+    """`vector.place(d, ...)[0]` for one host: the cells' use (the host use is `Demand.host`);
+    `distance`: the host's NUMA distances (hosts of more than two cells)."""
+    if not two_cells(rd, cell_free):
+        d = rd.source
+        arr = np.array([cell_free], dtype=np.int64)
+        host = np.zeros((1, len(rd.host_use)), dtype=np.int64)
+        dist = None if distance is None else np.array([distance], dtype=np.int64)
+        use: Cells = vector.place(d, arr, host, dist)[0][0].tolist()
+        return use
     zero = [0] * rd.width
     mode = rd.mode
     first = -1  # the guest's own cell for host-level PCI; -1: per device type

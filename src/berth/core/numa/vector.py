@@ -15,6 +15,7 @@ import numpy.typing as npt
 
 from berth.core.demand import Demand
 from berth.core.flavors import NumaMode
+from berth.core.numa import wide
 from berth.core.numa.rule import BIG as NO_LIMIT
 from berth.core.resources import CELL_BASE
 
@@ -38,7 +39,8 @@ def take(a: I64, rows: I64) -> I64:
 
 
 def _units(cell_free: I64, vec: I64) -> I64:
-    """Per host and cell: how many copies of `vec` fit (shape (n, 2)).
+    """Per host and cell: how many copies of `vec` fit (shape (n, 2); `wide.units` on any
+    cell axis).
 
     One pass per requested column over contiguous memory; reducing over the short column axis
     instead would be several times slower in numpy.
@@ -55,7 +57,10 @@ def host_limit(d: Demand, host_free: I64, cell_free: I64) -> I64:
     for col in np.flatnonzero(d.host):
         np.minimum(out, host_free[:, col] // d.host[col], out=out)
     for p in np.flatnonzero(d.pci):
-        pci_free = cell_free[:, 0, CELL_BASE + p] + cell_free[:, 1, CELL_BASE + p]
+        if cell_free.shape[1] == 2:
+            pci_free = cell_free[:, 0, CELL_BASE + p] + cell_free[:, 1, CELL_BASE + p]
+        else:
+            pci_free = wide.host_pci(cell_free, int(p))
         np.minimum(out, pci_free // d.pci[p], out=out)
     return np.maximum(out, 0, out=out)
 
@@ -97,8 +102,20 @@ def _flex_count(d: Demand, free: I64) -> I64:
     return np.maximum(out, 0)
 
 
+def two_cells(d: Demand, cell_free: I64) -> bool:
+    """Whether the two-cell formulas below apply: a two-cell axis and a guest of at most two
+    cells (else `wide`)."""
+    return cell_free.shape[1] == 2 and d.guest_cells <= 2
+
+
 def cell_count(d: Demand, cell_free: I64, limit: int | None = None) -> I64:
     """Instances allowed by the NUMA cells alone (shape (n,))."""
+    if not two_cells(d, cell_free):
+        return wide.cell_count(d, cell_free, limit, _two_cell_count)
+    return _two_cell_count(d, cell_free, limit)
+
+
+def _two_cell_count(d: Demand, cell_free: I64, limit: int | None) -> I64:
     mode = d.mode
     if mode == NumaMode.NONE:
         return np.full(cell_free.shape[0], BIG, dtype=np.int64)
@@ -128,11 +145,20 @@ def fits(d: Demand, cell_free: I64, host_free: I64) -> npt.NDArray[np.bool_]:
     return count(d, cell_free, host_free, limit=1) >= 1
 
 
-def place(d: Demand, cell_free: I64, host_free: I64) -> tuple[I64, I64]:
-    """What one more instance takes on each host: (cell_use (n, 2, w), host_use (n, h)).
+def place(
+    d: Demand, cell_free: I64, host_free: I64, distance: I64 | None = None
+) -> tuple[I64, I64]:
+    """What one more instance takes on each host: (cell_use (n, cells, w), host_use (n, h)).
 
-    Only rows where the flavor fits are meaningful.
+    Only rows where the flavor fits are meaningful. `distance` (n, cells, cells): the hosts'
+    NUMA distances, which steer a multi-cell guest on a host of more than two cells (`wide`).
     """
+    if not two_cells(d, cell_free):
+        return wide.place(d, cell_free, host_free, _two_cell_place, distance)
+    return _two_cell_place(d, cell_free, host_free)
+
+
+def _two_cell_place(d: Demand, cell_free: I64, host_free: I64) -> tuple[I64, I64]:
     n, cells, width = cell_free.shape
     cell_use = resource_major(np.zeros((n, cells, width), dtype=np.int64))
     host_use = resource_major(np.broadcast_to(d.host, host_free.shape))

@@ -131,7 +131,11 @@ class FragmentationWeigher(HostWeigher):
         caps = reference_counts(table, references)  # cap_f; `cost` only adds cap'_f
 
         def cost(subset: I64 | None) -> npt.NDArray[np.float32]:
-            if subset is not None and subset.size <= dispatch.KERNEL_ROWS:  # compiled
+            if (
+                subset is not None
+                and subset.size <= dispatch.KERNEL_ROWS
+                and all(vector.two_cells(d, table.cell_free) for d in (demand, *refs))
+            ):  # compiled (the two-cell rule only)
                 out = np.empty(subset.size, dtype=np.float32)
                 cf, hf, before = table.cell_free, table.host_free, caps[subset]
                 compiled.lost_capacity(cf, hf, subset, before, demand.packed, packed, out)

@@ -55,7 +55,9 @@ class VcpuWeigher(HostWeigher):
         cf, hf = ctx.cell_free, ctx.host_free
         if not self._any_pinned(ctx.table):  # free pinnable CPUs are 0 everywhere: x + 0 == x
             return hf[:, H_VCPU]
-        return hf[:, H_VCPU] + cf[:, 0, C_PCPU] + cf[:, 1, C_PCPU]  # contiguous columns
+        if cf.shape[1] == 2:
+            return hf[:, H_VCPU] + cf[:, 0, C_PCPU] + cf[:, 1, C_PCPU]  # contiguous columns
+        return hf[:, H_VCPU] + cf[:, :, C_PCPU].sum(axis=1)  # hosts of more than two cells
 
 
 class DiskWeigher(HostWeigher):
