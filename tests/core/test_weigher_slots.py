@@ -126,7 +126,7 @@ def test_slot_loss_unknown_reference_flavor():
 
 
 @pytest.mark.slow
-@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(2), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(table=tables(max_hosts=5), data=st.data())
 def test_slot_loss_follows_claims(table, data):
     """Invariant: after any claims, the cached cost equals the formula measured by capacity."""

@@ -19,9 +19,9 @@ from berth.service.config import ServiceConfig
 from berth.service.demo import load_demo
 from berth.service.replica import Replica
 from berth.store.repo import Store
-from tests.store.conftest import db_url, pg_url
+from tests.store.conftest import db_url, migrated_sqlite, pg_url
 
-__all__ = ["Env", "db_url", "make_env", "pg_url"]
+__all__ = ["Env", "db_url", "make_env", "migrated_sqlite", "pg_url"]
 
 
 @pytest.fixture(scope="session")
