@@ -12,7 +12,7 @@ from berth.core.explain import NoValidHost
 from berth.core.filters.max_unit import MaxUnitFilter
 from berth.core.filters.pinned_memory import PinnedMemoryFilter
 from berth.core.model import Flavor, Host
-from tests.builders import NOW, cell, flavor, host, passing, reasons, request, table_of
+from tests.builders import NOW, cell, context, flavor, host, passing, reasons, request, table_of
 
 
 def decide(hosts: list[Host], flavors: list[Flavor], name: str) -> list[str]:
@@ -98,3 +98,18 @@ def test_a_pinned_guest_does_not_over_commit_memory():
     assert passing(PinnedMemoryFilter(), table, "p") == ["plain"]
     assert reasons(PinnedMemoryFilter(), table, "p") == {"pinned_memory": ["over"]}
     assert passing(PinnedMemoryFilter(), table, "s") == ["over", "plain"]
+
+
+def test_the_kept_masks_follow_added_hosts_and_are_read_only():
+    # Both filters keep their mask per table (it reads only stated sizes): a host added later
+    # must be judged too, and no caller may write into the shared array.
+    big, pinned = flavor("f", vcpus=8, mem=16384), flavor("p", vcpus=2, mem=2048, pinned=True)
+    table = table_of([host("cpu", numa=TWO_BY_2, cpu_ratio=4.0, mem=65536)], [big, pinned])
+    assert passing(MaxUnitFilter(), table, "f") == []
+    assert passing(PinnedMemoryFilter(), table, "p") == ["cpu"]
+    kept = MaxUnitFilter().mask(context(table, "f"))
+    with pytest.raises(ValueError, match="read-only"):
+        kept[0] = True
+    table.add_hosts([host("ok", vcpus=16, mem=65536), host("over", numa=PINNED, ram_ratio=1.5)], {})
+    assert passing(MaxUnitFilter(), table, "f") == ["ok", "over"]
+    assert passing(PinnedMemoryFilter(), table, "p") == ["cpu", "ok"]

@@ -100,8 +100,18 @@ class MaxUnitFilter(HostFilter):
         return cells_ok(ok, fits, d.mode, table.n_cells)
 
     def mask(self, ctx: Context) -> Mask:
-        cpus, memory, disk = self._host(ctx.table, ctx.demand)
-        return cpus & memory & disk & self._cells(ctx.table, ctx.demand)
+        """Kept per flavor in the table's `state` cache: it reads only stated sizes and
+        capacities, which change only when hosts are added (which drops the cache)."""
+        table, d = ctx.table, ctx.demand
+
+        def compute() -> Mask:
+            cpus, memory, disk = self._host(table, d)
+            ok: Mask = cpus & memory & disk & self._cells(table, d)
+            ok.flags.writeable = False  # shared by every decision: read, never write
+            return ok
+
+        cached: Mask = table.state(("max_unit", d.spec.name), compute)
+        return cached
 
     def explain(self, ctx: Context, failed: Mask) -> list[tuple[Rejection, Mask]]:
         spec, nom = ctx.demand.spec, ctx.table.nominal

@@ -19,8 +19,17 @@ from berth.core.table import HostTable
 
 
 def _overcommitted(table: HostTable) -> Mask:
-    out: Mask = np.any(table.cell_cap[:, :, C_MEM] > table.nominal.memory, axis=1)
-    return out
+    """Hosts with some cell's memory over-committed; kept in the table's `state` cache (it
+    reads only capacities and stated sizes, which change only when hosts are added, which
+    drops the cache)."""
+
+    def compute() -> Mask:
+        out: Mask = np.any(table.cell_cap[:, :, C_MEM] > table.nominal.memory, axis=1)
+        out.flags.writeable = False  # shared by every decision: read, never write
+        return out
+
+    cached: Mask = table.state("pinned_memory.overcommitted", compute)
+    return cached
 
 
 class PinnedMemoryFilter(HostFilter):
