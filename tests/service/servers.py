@@ -72,7 +72,9 @@ def start(db_url: str, name: str, logdir: Path, *extra: str) -> Server:
     return Server(proc, f"http://127.0.0.1:{port}", name, log)
 
 
-def wait_ready(servers: list[Server], timeout: float = 60.0) -> None:
+def wait_ready(servers: list[Server], timeout: float = 120.0) -> None:
+    """Until every server answers /healthz. The bound is generous (a ready server returns at
+    once): on a loaded 2-core machine a `berth serve` start was seen to take over 60 s."""
     deadline = time.monotonic() + timeout
     for s in servers:
         while True:
