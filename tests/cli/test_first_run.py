@@ -128,9 +128,9 @@ def test_make_run_token_is_reused_admin_tokens_work_and_a_busy_port_fails_first(
 def test_make_run_installs_only_the_runtime_packages(
     tmp_path: Path, target: str, dev: bool
 ) -> None:
-    """`make -n` on a fresh copy (no .venv): what each target would install."""
+    """`make -n` on a fresh copy (no .venv, no node_modules): what each target would install."""
     root = Path(__file__).resolve().parents[2]
-    for name in ("Makefile", "pyproject.toml"):
+    for name in ("Makefile", "pyproject.toml", "package.json", "package-lock.json"):
         (tmp_path / name).write_text((root / name).read_text())
     planned = subprocess.run(
         ["make", "-n", target], cwd=tmp_path, capture_output=True, text=True, timeout=60
@@ -139,6 +139,9 @@ def test_make_run_installs_only_the_runtime_packages(
     installs = [line for line in planned.stdout.splitlines() if "pip install" in line]
     assert any(line.endswith("-e .") for line in installs), installs
     assert any("[dev]" in line for line in installs) is dev, installs
+    # the dashboard's browser assets come with the targets that serve or test it
+    assets = "ensure-dashboard-assets.sh" in planned.stdout
+    assert assets is (target != "lint"), planned.stdout
 
 
 HEAVY = ("scipy", "matplotlib", "numba", "fastapi", "sqlalchemy", "uvicorn", "httpx")
