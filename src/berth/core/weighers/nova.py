@@ -25,13 +25,18 @@ from berth.core.resources import C_PCPU, CELL_BASE, H_HDD, H_MEM, H_SSD, H_VCPU
 from berth.core.weighers.base import F64, I64, HostWeigher
 
 
-class NovaRamWeigher(HostWeigher):
-    name = "nova_ram"
+class _XOverMax(HostWeigher):
+    """Nova's weighers that scale x / max (``minval = 0``) and weigh every request."""
+
     minval = 0.0
 
     @classmethod
     def applies(cls, work: Workload) -> bool:
         return True
+
+
+class NovaRamWeigher(_XOverMax):
+    name = "nova_ram"
 
     def raw(self, ctx: Context, rows: I64) -> F64:
         t, nom = ctx.table, ctx.table.nominal
@@ -40,13 +45,8 @@ class NovaRamWeigher(HostWeigher):
         return free.astype(np.float64)
 
 
-class NovaCpuWeigher(HostWeigher):
+class NovaCpuWeigher(_XOverMax):
     name = "nova_cpu"
-    minval = 0.0
-
-    @classmethod
-    def applies(cls, work: Workload) -> bool:
-        return True
 
     def raw(self, ctx: Context, rows: I64) -> F64:
         t, nom = ctx.table, ctx.table.nominal
@@ -56,13 +56,8 @@ class NovaCpuWeigher(HostWeigher):
         return total - (shared_used + pinned_used).astype(np.float64)
 
 
-class NovaDiskWeigher(HostWeigher):
+class NovaDiskWeigher(_XOverMax):
     name = "nova_disk"
-    minval = 0.0
-
-    @classmethod
-    def applies(cls, work: Workload) -> bool:
-        return True
 
     def raw(self, ctx: Context, rows: I64) -> F64:
         t, nom = ctx.table, ctx.table.nominal
@@ -72,13 +67,8 @@ class NovaDiskWeigher(HostWeigher):
         return free.astype(np.float64)
 
 
-class NovaIoOpsWeigher(HostWeigher):
+class NovaIoOpsWeigher(_XOverMax):
     name = "nova_io_ops"
-    minval = 0.0
-
-    @classmethod
-    def applies(cls, work: Workload) -> bool:
-        return True
 
     def raw(self, ctx: Context, rows: I64) -> F64:
         t = ctx.table
