@@ -144,15 +144,7 @@ class DefragSteps(DefragTables):
             s = self._step_locked(conn, plan_id, step)
             if s.state not in OPEN_STEPS:
                 raise StepStateError(f"step {step} of {plan_id!r} is {s.state}")
-            self._set_step(
-                conn,
-                s,
-                state="replanned",
-                target=target,
-                footprint=footprint,
-                reason=reason,
-                replans=s.replans + 1,
-            )
+            self._replanned(conn, s, target, footprint, reason)
         return self._get_step(plan_id, step)
 
     def reopen_step(
@@ -165,16 +157,22 @@ class DefragSteps(DefragTables):
             s = self._step_locked(conn, plan_id, step)
             if s.state != "aborted":
                 raise StepStateError(f"step {step} of {plan_id!r} is {s.state}, not aborted")
-            self._set_step(
-                conn,
-                s,
-                state="replanned",
-                target=target,
-                footprint=footprint,
-                reason=reason,
-                replans=s.replans + 1,
-            )
+            self._replanned(conn, s, target, footprint, reason)
         return self._get_step(plan_id, step)
+
+    def _replanned(
+        self, conn: Connection, s: StepRow, target: str, footprint: Footprint, reason: str
+    ) -> None:
+        """The step starts again toward `target` (state `replanned`, one more replan)."""
+        self._set_step(
+            conn,
+            s,
+            state="replanned",
+            target=target,
+            footprint=footprint,
+            reason=reason,
+            replans=s.replans + 1,
+        )
 
     def skip_step(self, plan_id: str, step: int, reason: str) -> StepRow:
         with self.store._write() as conn:
