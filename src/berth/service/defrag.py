@@ -154,7 +154,7 @@ class DefragService:
             plan = plan_defrag(
                 table, target, budget, scheduler=self.scheduler, now=now, seed=body.seed
             )
-        return self._store(body.cluster, plan, table.device_types, created_by)
+        return self.store_plan(body.cluster, plan, table.device_types, created_by)
 
     def admit(self, body: AdmissionIn, created_by: str) -> PlanRow:
         """Plan the few live migrations after which one instance of `body.flavor` fits on one
@@ -206,9 +206,10 @@ class DefragService:
             after=measure(after, target, scheduler=self.scheduler, now=now),
             generations={h: int(table.generation[table.index[h]]) for h in touched},
         )
-        return self._store(body.cluster, plan, table.device_types, created_by)
+        return self.store_plan(body.cluster, plan, table.device_types, created_by)
 
-    def _store(self, cluster: str, plan: Plan, device_types: list[str], who: str) -> PlanRow:
+    def store_plan(self, cluster: str, plan: Plan, device_types: list[str], who: str) -> PlanRow:
+        """Store a plan made elsewhere (tidal consolidation) or here, as `planned`."""
         steps = [
             NewStep(
                 m.step,

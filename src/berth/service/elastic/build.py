@@ -159,4 +159,5 @@ def build_loop(
         config,
         metrics=metrics,
         clock=clock,
+        executor=clouds.executor,
     )

@@ -38,7 +38,9 @@ from berth.elastic.model import (
 )
 from berth.elastic.state import ControllerConfig, ControlState, FailureHistory, GroupHistory
 from berth.elastic.tidal import TidalConfig
+from berth.service.clouds.defrag_exec import DefragExecutor
 from berth.service.elastic import carry
+from berth.service.elastic.consolidation import Consolidator
 from berth.service.elastic.hooks import HookRunner
 from berth.service.elastic.memory import load_history, save_history
 from berth.service.elastic.metrics import ElasticMetrics
@@ -78,7 +80,10 @@ class ElasticLoop:
         hooks: HookRunner | None = None,
         metrics: ElasticMetrics | None = None,
         clock: Callable[[], float] = time.time,
+        executor: DefragExecutor | None = None,
     ) -> None:
+        """`executor`: the service's defrag execution (`CloudService.executor`); with it and a
+        `tidal` config allowing migrations, busy hosts are consolidated before power-off."""
         self.replica = replica
         self.store = replica.store
         self.drivers = dict(drivers)
@@ -92,10 +97,16 @@ class ElasticLoop:
         self.cluster_history: dict[str, FailureHistory]
         self.history, self.cluster_history = load_history(self.store)
         self.last: Decision | None = None
+        tidal = self.config.tidal
+        consolidator = (
+            None
+            if tidal is None or executor is None or tidal.max_migrations <= 0
+            else Consolidator(replica, executor, self.drivers, tidal, clock, metrics)
+        )
         self.power = (
             None
-            if self.config.tidal is None
-            else PowerManager(replica, self.drivers, self.config.tidal, clock)
+            if tidal is None
+            else PowerManager(replica, self.drivers, tidal, clock, consolidator)
         )
         self.powered: list[Applied] = []  # the last cycle's power transitions
         self.reconciled = False

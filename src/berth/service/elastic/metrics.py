@@ -9,6 +9,8 @@
 * `berth_elastic_actions_total{action}` — actions carried out (start, drain, retire, reap).
 * `berth_hosts_powered_off` — hosts Berth powered off (tidal management), at scrape time.
 * `berth_elastic_power_transitions_total{power}` — hosts tidal management powered on or off.
+* `berth_elastic_consolidation_migrations_total{outcome}` — live migrations of tidal
+  consolidation that ended (done, or failed: aborted or skipped).
 """
 
 from __future__ import annotations
@@ -78,5 +80,11 @@ class ElasticMetrics:
             "berth_elastic_power_transitions",
             "Hosts tidal management powered on or off",
             ["power"],
+            registry=registry,
+        )
+        self.consolidation = Counter(
+            "berth_elastic_consolidation_migrations",
+            "Live migrations of tidal consolidation that ended, by outcome (done, failed)",
+            ["outcome"],
             registry=registry,
         )

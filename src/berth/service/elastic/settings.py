@@ -15,7 +15,7 @@ clouds:                      # at least one
   - cluster: sim1            # a simulated cloud, joined at start when missing (demos, tests)
     simulated: {fleet: fleet.yaml, region: region-1}
 controller: {keep_alive: 120, hysteresis: 300, boot_deadline: 300}
-tidal: {days: 7, margin: 0.2}   # optional: power management of the clouds' hosts
+tidal: {days: 7, margin: 0.2, max_migrations: 8}   # optional: power management of the hosts
 ```
 
 Every field is checked when the file is read; an error names the file and the field
@@ -101,6 +101,9 @@ class TidalSettings(_Strict):
     min_dwell: Seconds = TidalConfig.min_dwell
     max_off: Count = TidalConfig.max_off
     max_on: Count = TidalConfig.max_on
+    max_migrations: Count = TidalConfig.max_migrations
+    max_concurrent: Annotated[int, Field(ge=1)] = TidalConfig.max_concurrent
+    refused_wait: Seconds = TidalConfig.refused_wait
 
     def build(self) -> TidalConfig:
         return TidalConfig(**self.model_dump())
