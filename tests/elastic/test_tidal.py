@@ -21,8 +21,10 @@ CFG = TidalConfig(days=3, lookahead=3600, quantile=1.0, margin=0.25, min_on=1, m
 ON, OFF = HostPower.ON, HostPower.OFF
 
 
-def hv(name: str, used: float = 0, n: int = 0, power: HostPower = ON) -> HostView:
-    return HostView(name, 16, used, n, power, since=0)
+def hv(
+    name: str, used: float = 0, n: int = 0, power: HostPower = ON, *, pinned: bool = False
+) -> HostView:
+    return HostView(name, 16, used, n, power, since=0, pinned=pinned)
 
 
 def test_forecast_is_the_same_window_on_previous_days_plus_margin() -> None:
@@ -96,11 +98,106 @@ def test_consolidate_empties_hosts_with_the_defrag_planner() -> None:
     plan = plan_power(host_views(table, power, {}), [], 5000, current=6, config=CFG)
     assert plan.actions == ()  # nothing empty to power off
     assert plan.to_empty == 2  # 7.5 cores wanted: one 8-core host is enough
-    moves = consolidate(table, plan, scheduler(), max_migrations=3)
+    assert plan.empty == ("h0", "h1")
+    moves = consolidate(table, plan.empty, scheduler(), now=5000, max_migrations=3)
     assert moves is not None
-    assert all(m.target != "h3" for m in moves.moves)
-    assert moves.after.empty_hosts == moves.before.empty_hosts + 2
+    assert all(m.target not in ("h3", "h0", "h1") for m in moves.moves)
+    assert sorted(m.source for m in moves.moves) == ["h0", "h1"]
+    assert moves.target.drain == ("h0", "h1")
     apply_moves(table, moves.moves)
     after = plan_power(host_views(table, power, {}), [], 5000, current=6, config=CFG)
     assert len([a for a in after.actions if not a.on]) == 2
-    assert consolidate(table, after, scheduler(), max_migrations=3) is None
+    assert after.empty == ()
+    assert consolidate(table, after.empty, scheduler(), now=5000, max_migrations=3) is None
+    # a budget of one migration empties one host, never half of two
+    table = table_of(hosts, [f2], insts)
+    one = consolidate(table, ("h0", "h1"), scheduler(), now=5000, max_migrations=1)
+    assert one is not None and [(m.source, m.instance_id) for m in one.moves] == [("h0", "i1")]
+
+
+def test_hosts_being_emptied_go_off_first_and_come_back_when_the_forecast_needs_them() -> None:
+    hosts = [
+        HostView("a", 16, 0, 0, ON, 0, emptying=True),  # emptied by a consolidation
+        HostView("b", 16, 4, 1, ON, 0, emptying=True),  # still being emptied
+        hv("c", 4, 1),
+        hv("d"),
+    ]
+    plan = plan_power(hosts, [], 5000, current=4, config=CFG)  # 5 cores: c covers it
+    assert [(a.host, a.on) for a in plan.actions] == [("a", False), ("d", False)]
+    assert not plan.release and plan.empty == ()  # c is the last host staying on
+    plan = plan_power(hosts, [], 5000, current=28, config=CFG)  # 35 cores > c and d
+    assert plan.release  # b goes back into service; a, empty, may still go like any host
+    assert [(a.host, a.on) for a in plan.actions] == [("a", False)]
+    assert plan.empty == ()
+
+
+def test_a_pinned_host_is_never_powered_off_nor_emptied() -> None:
+    hosts = [hv("a", pinned=True), hv("b", 4, 1, pinned=True), hv("c", 4, 1), hv("d", 4, 1)]
+    plan = plan_power(hosts, [], 5000, current=8, config=CFG)
+    assert all(a.host not in ("a", "b") for a in plan.actions)
+    assert "a" not in plan.empty and "b" not in plan.empty
+    assert plan.empty == ("c", "d")  # a and b stay on: min_on is kept
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 3), st.booleans(), st.booleans(), st.booleans()),
+        min_size=1,
+        max_size=12,
+    ),
+    st.floats(0, 200),
+    st.integers(0, 6),
+)
+def test_what_it_empties_fits_the_budget_and_leaves_the_forecast_covered(
+    hosts, current, max_migrations
+) -> None:
+    config = TidalConfig(min_on=1, min_dwell=0, margin=0.0, max_migrations=max_migrations)
+    views = [
+        HostView(f"h{i}", 16, 4.0 * n, n, ON if on else OFF, 0, pinned=pin, emptying=em and on)
+        for i, (n, on, pin, em) in enumerate(hosts)
+    ]
+    plan = plan_power(views, [], 8 * DAY, current, config)
+    by_name = {h.name: h for h in views}
+    chosen = [by_name[h] for h in plan.empty]
+    assert len(set(plan.empty)) == len(plan.empty) == plan.to_empty
+    assert all(h.power is ON and h.instances and not h.pinned and not h.emptying for h in chosen)
+    assert sum(h.instances for h in chosen) <= max_migrations
+    assert all(not by_name[a.host].pinned for a in plan.actions if not a.on)
+    if plan.empty:
+        assert not plan.release
+        going = {h.name for h in chosen} | {a.host for a in plan.actions if not a.on}
+        going |= {h.name for h in views if h.emptying}
+        staying = [h for h in views if h.power is ON and h.name not in going]
+        assert len(staying) >= config.min_on
+        assert sum(h.cores for h in staying) >= plan.forecast
+        free = sum(h.cores - h.used_cores for h in staying)
+        assert sum(h.used_cores for h in chosen) <= free
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(st.integers(0, 3), min_size=2, max_size=5),
+    st.lists(st.integers(0, 4), min_size=1, max_size=3, unique=True),
+    st.integers(0, 6),
+)
+def test_consolidate_empties_whole_hosts_and_moves_nothing_else(loads, pick, budget) -> None:
+    f2 = flavor("f2", vcpus=2, mem=512)
+    hosts = [host(f"h{i}", vcpus=8, mem=8192) for i in range(len(loads))]
+    hosts.append(host("off", vcpus=8, mem=8192, enabled=False))
+    insts = [
+        instance(f"i{i}-{k}", f"h{i}", "f2") for i, n in enumerate(loads) for k in range(n)
+    ]
+    table = table_of(hosts, [f2], insts)
+    wanted = [f"h{i}" for i in pick if i < len(loads)]
+    plan = consolidate(table, wanted, scheduler(), now=5000, max_migrations=budget)
+    if plan is None:
+        return
+    drained = set(plan.target.drain)
+    assert drained and drained <= set(wanted)
+    assert all(m.source in drained and m.target not in drained | {"off"} for m in plan.moves)
+    assert len(plan.moves) <= budget
+    apply_moves(table, plan.moves)  # all or nothing: raises on any over-commit
+    for h in drained:
+        assert int(table.n_instances[table.index[h]]) == 0
+    assert (table.host_free >= 0).all() and (table.cell_free >= 0).all()
