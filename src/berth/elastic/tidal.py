@@ -25,7 +25,7 @@ import numpy as np
 from berth.cloud.driver import HostPower
 from berth.core.defrag import Budget, Objective, Plan, Target, plan_defrag
 from berth.core.engine import FilterScheduler
-from berth.core.resources import H_VCPU
+from berth.core.resources import C_PCPU, H_VCPU
 from berth.core.table import HostTable
 
 DAY = 86_400.0
@@ -241,9 +241,11 @@ def _to_empty(
 def host_views(
     table: HostTable, power: Mapping[str, HostPower], since: Mapping[str, float]
 ) -> list[HostView]:
-    """HostViews from Berth's table (vCPUs as cores) and the power states the loop keeps."""
-    cap = table.host_cap[:, H_VCPU]
-    free = table.host_free[:, H_VCPU]
+    """HostViews from Berth's table and the power states the loop keeps. Cores are the shared
+    vCPUs (after the allocation ratio) plus the dedicated CPUs of the cells: a pinned guest
+    takes the latter only."""
+    cap = table.host_cap[:, H_VCPU] + table.cell_cap[:, :, C_PCPU].sum(axis=1)
+    free = table.host_free[:, H_VCPU] + table.cell_free[:, :, C_PCPU].sum(axis=1)
     return [
         HostView(
             name=name,

@@ -155,7 +155,9 @@ class Consolidator:
     # ------------------------------------------------------------------ plans
     def _keep_going(self, p: PlanRow, holding: set[str]) -> None:
         mine = [h for h in p.target.get("drain", ()) if h in holding]
-        if not mine:  # every host let go: stop moving, cancel once nothing is in flight
+        if not mine:  # every host let go (or powered off): stop moving, cancel once idle
+            if all(s.state in FINAL_STEPS for s in self.defrag.store.steps(p.id)):
+                return  # all moved: the defrag driver marks it done
             with contextlib.suppress(PlanStateError):
                 if p.state == "running":
                     p = self.defrag.pause(p.id)
