@@ -120,7 +120,8 @@ def check(w: World) -> None:
     """No over-commit in Berth's table, nothing powered off with a server on it, and every
     server where Berth's claim says (once no migration is in flight)."""
     table = w.replica.clusters["c1"].table
-    assert (table.host_free >= 0).all() and (table.cell_free >= 0).all()
+    assert (table.host_free >= 0).all()
+    assert (table.cell_free >= 0).all()
     on_host = Counter(s.host for s in w.cloud.servers() if s.state is not ServerState.DELETED)
     for h in HOSTS:
         if w.cloud.power(h) is HostPower.OFF:
@@ -172,7 +173,8 @@ def demand_falls(tmp_path: Path, clock: Clock) -> tuple[World, Queue, str]:
     queue.idle = 200  # more than the fleet: nothing powers off, nothing is emptied
     w.loop.cycle()
     assert {v.host for v in w.store.list_vms(states=[VmState.BOOTING])} == {HOSTS[0]}
-    assert len(w.store.list_vms()) == 2 and tidal_plans(w) == []
+    assert len(w.store.list_vms()) == 2
+    assert tidal_plans(w) == []
     for h in HOSTS[1:]:
         w.store.set_host_enabled(h, True)
     w.replica.sync()
@@ -188,7 +190,8 @@ def test_demand_falls_hosts_are_emptied_powered_off_and_on_again_ahead(
     (plan_id,) = tidal_plans(w)
     plan = w.clouds.executor.defrag.store.get_plan(plan_id)
     drained = list(plan.target["drain"])
-    assert sorted(drained) == [HOSTS[0], HOSTS[3]] and plan.state == "running"
+    assert sorted(drained) == [HOSTS[0], HOSTS[3]]
+    assert plan.state == "running"
     rows = {r.host: r for r in w.store.host_power_states()}
     assert all(rows[h].changed_by == EMPTYING and h in w.replica.draining for h in drained)
     steps = w.clouds.executor.defrag.store.steps(plan_id)
@@ -202,7 +205,8 @@ def test_demand_falls_hosts_are_emptied_powered_off_and_on_again_ahead(
     assert not w.replica.draining
     assert all(not w.store.get_host(h).host.enabled for h in off)
     moved = migrations(w.cloud)
-    assert sum(moved.values()) == len(steps) and set(moved.values()) == {1}
+    assert sum(moved.values()) == len(steps)
+    assert set(moved.values()) == {1}
     assert vm_ids & {s.instance_id for s in steps}  # the loop's own VMs moved too
     for vm in w.store.list_vms():  # a VM's record follows its server
         server = next(s for s in w.cloud.servers() if s.name == vm.name)
@@ -238,7 +242,8 @@ def test_a_restart_mid_plan_goes_on_with_the_same_plan(tmp_path: Path, clock: Cl
     steps = w.clouds.executor.defrag.store.steps(plan_id)
     assert all(s.state == "done" for s in steps)
     moved = migrations(w.cloud)
-    assert sum(moved.values()) == len(steps) and set(moved.values()) == {1}  # none asked twice
+    assert sum(moved.values()) == len(steps)
+    assert set(moved.values()) == {1}
     assert sum(boots(w.cloud).values()) == 2  # and no VM booted again
     assert sorted(h for h in HOSTS if w.cloud.power(h) is HostPower.OFF) == sorted(
         plan.target["drain"]
@@ -263,4 +268,37 @@ def test_a_host_with_an_outside_server_is_left_alone_every_cycle(
     assert w.store.get_host("c1-h-3").generation == generation  # never disabled nor enabled
     assert all(a.host != "c1-h-3" for a in w.loop.powered)
     assert sum(w.cloud.power(h) is HostPower.OFF for h in HOSTS) == 3  # min_on is the pinned one
+    w.store.close()
+
+
+def test_demand_returning_mid_plan_lets_the_hosts_go_and_loses_nothing(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """The forecast needs the hosts being emptied again: they take placements at once, the plan
+    stops starting migrations, the one in flight finishes, and then it is cancelled."""
+    w, queue, _name = demand_falls(tmp_path, clock)
+    (plan_id,) = tidal_plans(w)
+    w.clouds.poll("c1")  # the first migration is asked for
+    assert len(w.clouds.executor.defrag.store.migrating_steps()) == 1
+    queue.idle = 200
+    for _ in range(4):
+        tick(w, clock)
+    plan = w.clouds.executor.defrag.store.get_plan(plan_id)
+    assert plan.state == "cancelled"
+    steps = w.clouds.executor.defrag.store.steps(plan_id)
+    assert [s.state for s in steps].count("done") == 1  # the one in flight, the rest skipped
+    assert not w.replica.draining
+    assert all(r.changed_by != EMPTYING for r in w.store.host_power_states())
+    assert all(w.cloud.power(h) is HostPower.ON for h in HOSTS)
+    assert all(w.store.get_host(h).host.enabled for h in HOSTS)
+    table = w.replica.clusters["c1"].table
+    claims = {iid: a.host for iid, a in table.allocations.items()}
+    vms = {v.name: v.instance_id or "" for v in w.store.list_vms()}
+    for s in w.cloud.servers():  # every server where Berth holds it
+        assert claims[vms.get(s.name, s.name)] == s.host, s.name
+    assert sum(migrations(w.cloud).values()) == 1
+    assert w.metrics('berth_elastic_consolidation_migrations_total{outcome="done"}') == 1
+    assert w.metrics('berth_elastic_consolidation_migrations_total{outcome="failed"}') == 0
+    skipped = w.metrics('berth_elastic_consolidation_migrations_total{outcome="skipped"}')
+    assert skipped == len(steps) - 1
     w.store.close()

@@ -33,15 +33,18 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from berth.cloud.driver import CloudDriver, CloudError
+from berth.cloud.driver import CloudDriver, CloudError, ServerState
 from berth.elastic.tidal import TidalConfig, TidalPlan, consolidate
+from berth.service.clouds.claiming import Claim, check_fits, claim_on
 from berth.service.clouds.defrag_exec import DefragExecutor
+from berth.service.clouds.errors import ClaimRefusedError
 from berth.service.clouds.reconcile import ELASTIC_SERVER
 from berth.service.defrag import DefragService
 from berth.service.elastic.metrics import ElasticMetrics
 from berth.service.replica import Replica
 from berth.store.defrag import FINAL_STEPS, PlanRow, PlanStateError, StepRow
 from berth.store.elastic_rows import HostPowerRow, VmStateError
+from berth.store.errors import NotFoundError
 
 log = logging.getLogger("berth.elastic")
 CREATED_BY = "tidal"  # the defrag plans consolidation makes
@@ -91,6 +94,7 @@ class Consolidator:
         self.news: list[StepNews] = []  # the last cycle's step news
         self._seen: dict[tuple[str, int], str] | None = None  # None until the first look
         self._watching: set[str] = set()  # plans whose steps it follows
+        self.recheck: set[str] = set()  # elastic VMs whose step was aborted: where do they run?
 
     # ------------------------------------------------------------------ reading
     def open_plans(self) -> dict[str, PlanRow]:
@@ -258,11 +262,14 @@ class Consolidator:
 
     def _observe_elastic(self) -> None:
         """Show the executor the elastic VMs' servers whose step is in flight (the change feed
-        leaves those servers to the elastic loop): it confirms or aborts the step."""
+        leaves those servers to the elastic loop): it confirms or aborts the step. A VM whose
+        step was aborted while the cloud went on moving it (a cancel, a timeout) has its claim
+        moved to where its server runs, as the feed does for the servers it follows."""
         flying = {s.instance_id: s for s in self.defrag.store.migrating_steps()}
-        if not flying:
+        if not flying and not self.recheck:
             return
-        vms = {v.name: v for v in self.store.list_vms() if v.instance_id in flying}
+        watched = set(flying) | self.recheck
+        vms = {v.name: v for v in self.store.list_vms() if v.instance_id in watched}
         for cluster, driver in self.drivers.items():
             try:
                 servers = driver.servers()
@@ -273,8 +280,32 @@ class Consolidator:
                 vm = vms.get(server.metadata.get(ELASTIC_SERVER, ""))
                 if vm is None or vm.instance_id is None:
                     continue
-                record = self.store.find_server(vm.instance_id)
-                self.executor.observe(server, vm.instance_id, record)
+                iid = vm.instance_id
+                if iid in flying:
+                    self.executor.observe(server, iid, self.store.find_server(iid))
+                elif server.state is ServerState.ACTIVE and server.host is not None:
+                    self.recheck.discard(iid)
+                    self._follow(vm.name, iid, server.host)
+
+    def _follow(self, vm: str, iid: str, host: str) -> None:
+        try:
+            inst = self.store.get_instance(iid)
+        except NotFoundError:
+            return
+        if inst.host == host:
+            return
+        claim = Claim.of(inst)
+        try:
+            check_fits(self.replica, claim, host, check_set=False)
+            self.replica.release(iid)
+            claim_on(self.replica, claim, host, check_set=False)
+        except (ClaimRefusedError, NotFoundError) as exc:
+            log.warning("elastic VM %s runs on %s: its claim cannot follow: %s", vm, host, exc)
+            return
+        self.store.set_server(iid, state="active", host=host)
+        with contextlib.suppress(VmStateError):
+            self.store.place_vm(vm, host=host)
+        log.info("elastic VM %s moved to %s after its step ended: its claim follows", vm, host)
 
     # ------------------------------------------------------------------ news
     def _news(self) -> list[StepNews]:
@@ -317,7 +348,7 @@ class Consolidator:
                 n.target,
             )
             return
-        outcome = "done" if n.state == "done" else "failed"
+        outcome = {"done": "done", "aborted": "failed"}.get(n.state, "skipped")
         if self.metrics is not None:
             self.metrics.consolidation.labels(outcome).inc()
         if outcome == "done":
@@ -330,6 +361,8 @@ class Consolidator:
             )
             self._moved_vm(n)
         else:
+            if n.state == "aborted" and self.store.find_server(n.instance_id) is not None:
+                self.recheck.add(n.instance_id)
             log.warning(
                 "consolidation %s step %d %s: %s (%s)",
                 n.plan_id,

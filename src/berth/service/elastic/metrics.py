@@ -10,7 +10,8 @@
 * `berth_hosts_powered_off` — hosts Berth powered off (tidal management), at scrape time.
 * `berth_elastic_power_transitions_total{power}` — hosts tidal management powered on or off.
 * `berth_elastic_consolidation_migrations_total{outcome}` — live migrations of tidal
-  consolidation that ended (done, or failed: aborted or skipped).
+  consolidation that ended: `done`, `failed` (started, then aborted), `skipped` (never started:
+  the plan was cancelled, or no host could take the instance).
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ class ElasticMetrics:
         )
         self.consolidation = Counter(
             "berth_elastic_consolidation_migrations",
-            "Live migrations of tidal consolidation that ended, by outcome (done, failed)",
+            "Tidal consolidation's live migrations by outcome (done, failed, skipped)",
             ["outcome"],
             registry=registry,
         )
