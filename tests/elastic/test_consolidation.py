@@ -29,6 +29,7 @@ from berth.service.clouds.service import CloudService
 from berth.service.config import ServiceConfig
 from berth.service.elastic.consolidation import CREATED_BY, EMPTYING
 from berth.service.elastic.loop import ElasticLoop, LoopConfig
+from berth.service.elastic.settings import ElasticConfigError, parse_elastic_settings
 from berth.service.replica import Replica
 from berth.store.repo import Store
 from tests.service.cloudenv import cloud_fleet
@@ -302,3 +303,17 @@ def test_demand_returning_mid_plan_lets_the_hosts_go_and_loses_nothing(
     skipped = w.metrics('berth_elastic_consolidation_migrations_total{outcome="skipped"}')
     assert skipped == len(steps) - 1
     w.store.close()
+
+
+def test_the_consolidation_settings_are_checked_and_default_sanely() -> None:
+    base = {"watchers": [{"kind": "slurm"}], "clouds": [{"cluster": "c1"}]}
+    built = parse_elastic_settings({**base, "tidal": {}}).tidal
+    assert built is not None
+    config = built.build()
+    assert (config.max_migrations, config.max_concurrent, config.refused_wait) == (8, 2, 1800.0)
+    off = parse_elastic_settings({**base, "tidal": {"max_migrations": 0}}).tidal
+    assert off is not None
+    assert off.build().max_migrations == 0  # power management without consolidation
+    for field, value in (("max_concurrent", 0), ("max_migrations", -1), ("refused_wait", -5)):
+        with pytest.raises(ElasticConfigError, match=f"tidal.{field}"):
+            parse_elastic_settings({**base, "tidal": {field: value}}, "elastic.yaml")
