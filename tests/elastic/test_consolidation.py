@@ -317,3 +317,35 @@ def test_the_consolidation_settings_are_checked_and_default_sanely() -> None:
     for field, value in (("max_concurrent", 0), ("max_migrations", -1), ("refused_wait", -5)):
         with pytest.raises(ElasticConfigError, match=f"tidal.{field}"):
             parse_elastic_settings({**base, "tidal": {field: value}}, "elastic.yaml")
+
+
+def test_a_migration_the_cloud_refuses_is_replanned_and_the_hosts_still_empty(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """The first step's target is disabled in the cloud for a moment, behind Berth's back: the
+    cloud refuses the live migration, defrag execution aborts the step and gives it another
+    target, and the plan still empties its hosts; the failed attempt is counted."""
+    w, _queue, _name = demand_falls(tmp_path, clock)
+    (plan_id,) = tidal_plans(w)
+    (first,) = w.clouds.executor.defrag.store.migrating_steps()
+    w.cloud.set_host_enabled(first.target, False)
+    w.clouds.poll("c1")  # the feed disables it in Berth too; the cloud refuses the migration
+    w.cloud.set_host_enabled(first.target, True)  # back before the next control cycle
+    for _ in range(8):
+        tick(w, clock)
+    plan = w.clouds.executor.defrag.store.get_plan(plan_id)
+    assert plan.state == "done"
+    steps = w.clouds.executor.defrag.store.steps(plan_id)
+    assert all(s.state == "done" for s in steps)
+    redone = next(s for s in steps if s.step == first.step)
+    assert redone.replans == 1
+    assert redone.target != first.target
+    assert not {s.target for s in steps} & set(plan.target["drain"])
+    moved = migrations(w.cloud)
+    assert sum(moved.values()) == len(steps)  # the refused one never moved
+    assert sorted(h for h in HOSTS if w.cloud.power(h) is HostPower.OFF) == sorted(
+        plan.target["drain"]
+    )
+    assert w.metrics('berth_elastic_consolidation_migrations_total{outcome="failed"}') == 1
+    assert w.metrics('berth_elastic_consolidation_migrations_total{outcome="done"}') == len(steps)
+    w.store.close()

@@ -43,7 +43,7 @@ from berth.service.defrag import DefragService
 from berth.service.elastic.metrics import ElasticMetrics
 from berth.service.replica import Replica
 from berth.store.defrag import FINAL_STEPS, PlanRow, PlanStateError, StepRow
-from berth.store.elastic_rows import HostPowerRow, VmStateError
+from berth.store.elastic_rows import HostPowerRow, VmRow, VmStateError
 from berth.store.errors import NotFoundError
 
 log = logging.getLogger("berth.elastic")
@@ -92,7 +92,7 @@ class Consolidator:
         self.metrics = metrics
         self.next_try: dict[str, float] = {}  # cluster -> when to look for a plan again
         self.news: list[StepNews] = []  # the last cycle's step news
-        self._seen: dict[tuple[str, int], str] | None = None  # None until the first look
+        self._seen: dict[tuple[str, int], tuple[str, int]] | None = None  # (state, replans)
         self._watching: set[str] = set()  # plans whose steps it follows
         self.recheck: set[str] = set()  # elastic VMs whose step was aborted: where do they run?
 
@@ -320,16 +320,24 @@ class Consolidator:
             p = self.defrag.store.get_plan(plan_id)
             steps = self.defrag.store.steps(plan_id)
             for s in steps:
-                if seen.get((plan_id, s.step)) == s.state:
+                before = seen.get((plan_id, s.step))
+                now = (s.state, s.replans)
+                if before == now:
                     continue
-                seen[(plan_id, s.step)] = s.state
-                if first or s.state not in ("migrating", *FINAL_STEPS):
+                seen[(plan_id, s.step)] = now
+                if first:
                     continue
-                news = StepNews(
-                    plan_id, s.step, s.instance_id, s.source, s.target, s.state, s.reason
-                )
-                out.append(news)
-                self._tell(news)
+                told = []
+                if before is not None and before[0] == "migrating" and s.replans > before[1]:
+                    told.append("replanned")  # its migration failed; it got a new target
+                if s.state in ("migrating", *FINAL_STEPS):
+                    told.append(s.state)
+                for state in told:
+                    news = StepNews(
+                        plan_id, s.step, s.instance_id, s.source, s.target, state, s.reason
+                    )
+                    out.append(news)
+                    self._tell(news)
             if p.state not in OPEN:
                 self._watching.discard(plan_id)
                 for s in steps:
@@ -348,7 +356,9 @@ class Consolidator:
                 n.target,
             )
             return
-        outcome = {"done": "done", "aborted": "failed"}.get(n.state, "skipped")
+        outcome = {"done": "done", "aborted": "failed", "replanned": "failed"}.get(
+            n.state, "skipped"
+        )
         if self.metrics is not None:
             self.metrics.consolidation.labels(outcome).inc()
         if outcome == "done":
@@ -361,8 +371,8 @@ class Consolidator:
             )
             self._moved_vm(n)
         else:
-            if n.state == "aborted" and self.store.find_server(n.instance_id) is not None:
-                self.recheck.add(n.instance_id)
+            if n.state != "skipped" and self._vm_of(n.instance_id) is not None:
+                self.recheck.add(n.instance_id)  # where does the cloud run it now?
             log.warning(
                 "consolidation %s step %d %s: %s (%s)",
                 n.plan_id,
@@ -373,8 +383,11 @@ class Consolidator:
             )
 
     def _moved_vm(self, n: StepNews) -> None:
-        for vm in self.store.list_vms():
-            if vm.instance_id == n.instance_id:
-                with contextlib.suppress(VmStateError):
-                    self.store.place_vm(vm.name, host=n.target)
-                return
+        vm = self._vm_of(n.instance_id)
+        if vm is not None:
+            with contextlib.suppress(VmStateError):
+                self.store.place_vm(vm.name, host=n.target)
+
+    def _vm_of(self, instance_id: str) -> VmRow | None:
+        """The elastic VM whose claim is `instance_id`, if any."""
+        return next((v for v in self.store.list_vms() if v.instance_id == instance_id), None)
