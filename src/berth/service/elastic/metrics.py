@@ -10,8 +10,8 @@
 * `berth_hosts_powered_off` — hosts Berth powered off (tidal management), at scrape time.
 * `berth_elastic_power_transitions_total{power}` — hosts tidal management powered on or off.
 * `berth_elastic_consolidation_migrations_total{outcome}` — live migrations of tidal
-  consolidation that ended: `done`, `failed` (started, then aborted), `skipped` (never started:
-  the plan was cancelled, or no host could take the instance).
+  consolidation by outcome: `done`, `failed` (started, then aborted, or refused and re-planned),
+  `skipped` (never started: the plan was cancelled, or no host could take the instance).
 """
 
 from __future__ import annotations
