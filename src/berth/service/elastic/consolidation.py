@@ -188,7 +188,9 @@ class Consolidator:
             cluster, _, host = key.partition(SEP)
             by_cluster.setdefault(cluster, []).append(host)
         now = self.clock()
-        busy = {p.cluster for p in self.defrag.store.list_plans(states=OPEN)}
+        # a running or paused plan (anyone's) holds the cluster; so does an open one of ours
+        busy = {p.cluster for p in self.defrag.store.list_plans(states=("running", "paused"))}
+        busy |= set(self.open_plans())
         for cluster, hosts in sorted(by_cluster.items()):
             if cluster in busy or cluster not in self.drivers:
                 continue
