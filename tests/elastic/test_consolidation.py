@@ -18,7 +18,14 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from berth.cloud.driver import BootRequest, HostPower, ServerChanged, ServerState
+from berth.cloud.driver import (
+    BootRequest,
+    CloudError,
+    CloudErrorKind,
+    HostPower,
+    ServerChanged,
+    ServerState,
+)
 from berth.cloud.simulated import SimulatedCloud
 from berth.core.model import Instance
 from berth.elastic.model import GroupDemand, QueueSnapshot, VmState
@@ -348,4 +355,41 @@ def test_a_migration_the_cloud_refuses_is_replanned_and_the_hosts_still_empty(
     )
     assert w.metrics('berth_elastic_consolidation_migrations_total{outcome="failed"}') == 1
     assert w.metrics('berth_elastic_consolidation_migrations_total{outcome="done"}') == len(steps)
+    w.store.close()
+
+
+class CannotPower(SimulatedCloud):
+    """A cloud whose hosts cannot be powered, as many a real one: the simulated cloud but that."""
+
+    def set_host_power(self, host: str, on: bool) -> None:
+        raise CloudError(CloudErrorKind.UNSUPPORTED, "this cloud does not power hosts")
+
+
+def test_a_cloud_that_cannot_power_hosts_is_tried_once_per_host(
+    tmp_path: Path, clock: Clock
+) -> None:
+    queue = Queue(clock)
+    w = start(tmp_path / "berth.db", clock, queue, f"tidal-nopower-{next(_clouds)}")
+    fleet = cloud_fleet("c1", 4).model_copy(
+        update={"instances": [Instance(id=i, host=h, flavor="p4") for i, h in OLD.items()]}
+    )
+    cloud = CannotPower("c1", fleet, clock=clock)
+    loop = ElasticLoop(
+        w.replica,
+        {"c1": cloud},
+        [queue],
+        LoopConfig(controller=CONTROL, agent_url="http://testserver", tidal=TIDAL),
+        clock=clock,
+    )
+    before = w.store.get_host(HOSTS[0]).generation  # the one empty host
+    loop.cycle()
+    assert [(a.host, a.done) for a in loop.powered] == [(HOSTS[0], False)]
+    assert w.store.get_host(HOSTS[0]).host.enabled  # disabled for the try, enabled again
+    tried = w.store.get_host(HOSTS[0]).generation
+    assert tried == before + 2
+    for _ in range(3):
+        clock.now += 60
+        loop.cycle()
+        assert loop.powered == []
+    assert w.store.get_host(HOSTS[0]).generation == tried  # never tried again
     w.store.close()
