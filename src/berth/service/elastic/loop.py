@@ -290,7 +290,8 @@ class ElasticLoop:
                 m.actions.labels(type(action).__name__.lower()).inc()
 
     def _tidal(self, specs: list[GroupSpec], queue: QueueSnapshot) -> None:
-        """Power hosts on ahead of demand and empty ones off (`berth.service.elastic.power`)."""
+        """Power hosts on ahead of demand and empty ones off, emptying busy ones first by live
+        migration when it may (`berth.service.elastic.power`, `.consolidation`)."""
         if self.power is None:
             return
         try:
