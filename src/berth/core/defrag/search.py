@@ -27,7 +27,14 @@ from berth.core.defrag.journal import Journal
 from berth.core.defrag.model import Budget
 from berth.core.defrag.objective import HostValue
 from berth.core.defrag.rules import TargetRules
-from berth.core.defrag.shapes import fixed_shapes, footprint, insert_one, insert_values
+from berth.core.defrag.shapes import (
+    Shapes,
+    footprint,
+    insert_one,
+    insert_values,
+    landing_shapes,
+    shape_lists,
+)
 from berth.core.defrag.waves import Step
 from berth.core.table import Allocation, HostTable
 
@@ -133,8 +140,9 @@ class MoveSearch:
         """Per host row, the positions of its movable instances (moved ones stay, not alive)."""
         for i, r in enumerate(self.owner.tolist()):
             self.by_host.setdefault(r, []).append(i)
-        shapes = shapes and work.cell_free.shape[1] == 2  # two-cell shapes (docs/numa.md)
-        self.shapes = {f: fixed_shapes(work.demand(f)) if shapes else [] for f in self.flavor_names}
+        self.shapes: dict[str, Shapes] = {
+            f: landing_shapes(work, f) if shapes else [] for f in self.flavor_names
+        }
         # request-independent target masks, one per request shape (rules cache them)
         masks: dict[int, int] = {}
         shared: dict[tuple[object, ...], int] = {}
@@ -161,7 +169,7 @@ class MoveSearch:
         self.rem = np.zeros(len(ids))
         self.best = np.full(len(self.static), -np.inf)
         self.best_row = np.full(len(self.static), -1, dtype=np.int64)
-        self._shape_lists = {f: [x.tolist() for x in v] for f, v in self.shapes.items()}
+        self._shape_lists = {f: shape_lists(v) for f, v in self.shapes.items()}
         self._uses: dict[int, tuple[list[list[int]], list[int]]] = _Uses(self)
         self.moves = 0
         self._refresh(np.arange(n))
