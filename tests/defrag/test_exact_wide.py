@@ -18,6 +18,7 @@ from berth.core.engine import FilterScheduler
 from berth.core.errors import ClaimError
 from berth.core.model import Flavor
 from berth.core.table import HostTable
+from berth.solvers.defrag_bound import defrag_bound
 from berth.solvers.defrag_cells import ExactUnsupportedError
 from berth.solvers.defrag_exact import exact_optimum, heuristic_gap, plan_value
 from tests.builders import NOW, cell, flavor, fleet, host
@@ -173,3 +174,11 @@ def test_the_plan_never_beats_the_optimum_on_mixed_fleets(
     gap = heuristic_gap(exact, plan_value(plan))
     assert gap is not None
     assert 0.0 <= gap <= 1.0
+
+
+def test_the_relaxed_bound_declines_wide_tables() -> None:
+    """`defrag_bound` states two-cell shapes only: on a wider table it gives no bound rather
+    than one that misses the other cells' slots."""
+    table = _tiny(2)
+    target = Target(flavors=("four",))
+    assert defrag_bound(table, target, Budget(max_migrations=2), scheduler=SCHED, now=NOW) is None
