@@ -7,6 +7,7 @@ from __future__ import annotations
 from unittest import mock
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -122,6 +123,17 @@ def _mixed(n: int, seed: int, with_distances: bool) -> HostTable:
     return table
 
 
+@pytest.mark.parametrize(
+    ("seed", "flavors", "empty", "budget"), [(0, {"four", "split"}, False, 5), (1, set(), True, 4)]
+)
+def test_wide_plans_are_valid_on_two_fleets(
+    seed: int, flavors: set[str], empty: bool, budget: int
+) -> None:
+    """Two fixed cases of the property below (which is slow), for the quick runs."""
+    _valid_plan(seed, flavors, empty, budget, distances=True)
+
+
+@pytest.mark.slow  # ~1-2 s an example on a loaded machine
 @settings(max_examples=examples(0.1), deadline=None)
 @given(
     seed=st.integers(0, 10**6),
@@ -136,6 +148,10 @@ def test_wide_plans_are_valid_step_by_step(
     """Every plan on a mixed fleet passes `check_plan` (each wave's claims fit beside its held
     sources, every footprint a legal shape, the scheduler's filters), applies exactly and never
     lowers the objective."""
+    _valid_plan(seed, flavors, empty, budget, distances)
+
+
+def _valid_plan(seed: int, flavors: set[str], empty: bool, budget: int, distances: bool) -> None:
     table = _mixed(4, seed, distances)
     target = (
         Target(objective=Objective.EMPTY_HOSTS) if empty else Target(flavors=tuple(sorted(flavors)))
@@ -148,3 +164,21 @@ def test_wide_plans_are_valid_step_by_step(
     apply_moves(work, plan.moves)
     value = HostValue(table, target, SCHED, NOW)
     assert value.total(work) >= value.total(table) - 1e-9
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_one_host_insertion_equals_the_vectorised(seed: int) -> None:
+    """`insert_one` (plain numbers, one host) gives `insert_values`' value and shape, bit for
+    bit, on every host of a mixed fleet with distances, for every flavor and both objectives."""
+    table = _mixed(4, seed, with_distances=True)
+    rows = np.arange(len(table))
+    for target in (Target(flavors=("four", "split")), Target(objective=Objective.EMPTY_HOSTS)):
+        value = HostValue(table, target, SCHED, NOW)
+        for f in sorted(table.flavors):
+            shapes = landing_shapes(table, f)
+            best, shape = insert_values(value, table, f, rows, shapes)
+            for r in rows.tolist():
+                assert insert_one(value, table, f, r, shape_lists(shapes)) == (
+                    best[r],
+                    int(shape[r]),
+                ), (f, r)

@@ -51,6 +51,8 @@ PAIR_TRIES = 24
 """Pair candidates checked exactly per round (the best upper bounds first)."""
 SMALL_ROWS = 16
 """Up to this many changed hosts, their rows are recomputed in plain Python numbers."""
+PUT_MEMO = 100_000
+"""At most this many one-host insertion values remembered (forgetting costs time only)."""
 
 
 class _Uses(dict[int, tuple[list[list[int]], list[int]]]):
@@ -171,6 +173,10 @@ class MoveSearch:
         self.best_row = np.full(len(self.static), -1, dtype=np.int64)
         self._shape_lists = {f: shape_lists(v) for f, v in self.shapes.items()}
         self._uses: dict[int, tuple[list[list[int]], list[int]]] = _Uses(self)
+        self._puts: dict[tuple[object, ...], tuple[float, int]] = {}
+        """`insert_one` by flavor (and, under -1 - i, the value without movable instance i) and
+        everything it reads of the host: a pair tried and undone restores its hosts exactly,
+        to states already valued."""
         self.moves = 0
         self._refresh(np.arange(n))
 
@@ -184,10 +190,17 @@ class MoveSearch:
             return
         p, work, value = self.p, self.p.work, self.p.value
         for r in rows.tolist():
+            state = (r, work.cell_free[r].tobytes(), work.host_free[r].tobytes())
+            state += (int(work.n_instances[r]),)
             for k, f in enumerate(self.flavor_names):
-                self.put[k, r], self.put_shape[k, r] = insert_one(
-                    value, work, f, r, self._shape_lists[f]
-                )
+                seen = self._puts.get((k, *state))
+                if seen is None:
+                    if len(self._puts) >= PUT_MEMO:
+                        self._puts.clear()
+                    seen = self._puts[(k, *state)] = insert_one(
+                        value, work, f, r, self._shape_lists[f]
+                    )
+                self.put[k, r], self.put_shape[k, r] = seen
             self.put[:, r] -= float(p.current()[r])
             alive = [i for i in self.by_host.get(r, ()) if self.alive[i]]
             if not alive:
@@ -197,12 +210,19 @@ class MoveSearch:
             left = int(work.n_instances[r]) - 1
             now = float(p.current()[r])
             for i in alive:
-                cu, hu = self._uses[i]
-                after_cf = [
-                    [a + b for a, b in zip(x, y, strict=True)] for x, y in zip(cf, cu, strict=True)
-                ]
-                after_hf = [a + b for a, b in zip(hf, hu, strict=True)]
-                self.rem[i] = value.one(r, after_cf, after_hf, left) - now
+                gone = self._puts.get((-1 - i, *state))  # the host's value without i
+                if gone is None:
+                    cu, hu = self._uses[i]
+                    after_cf = [
+                        [a + b for a, b in zip(x, y, strict=True)]
+                        for x, y in zip(cf, cu, strict=True)
+                    ]
+                    after_hf = [a + b for a, b in zip(hf, hu, strict=True)]
+                    gone = self._puts[(-1 - i, *state)] = (
+                        value.one(r, after_cf, after_hf, left),
+                        0,
+                    )
+                self.rem[i] = gone[0] - now
         self._group_best(rows)
 
     def _group_best(self, rows: I64 | None) -> None:

@@ -201,11 +201,27 @@ def insert_one(
         if isinstance(shapes, Ranked)
         else shapes
     )
+    seen: dict[tuple[object, ...], float] = {}
     for k, use in enumerate(uses):
         after = [scalar.minus(f, u) for f, u in zip(cell_free, use, strict=True)]
         if any(x < 0 for cell in after for x in cell):
             continue
-        v = value.one(row, after, host_after, n_after)
+        key = _same_value(after)
+        v = seen.get(key) if key is not None else None
+        if v is None:
+            v = value.one(row, after, host_after, n_after)
+            if key is not None:
+                seen[key] = v
         if v > best + EPS:
             best, shape = v, k
     return best, shape
+
+
+def _same_value(cells: scalar.Cells) -> tuple[object, ...] | None:
+    """A key shared by the states whose value is the same: on a host with room beyond its first
+    two cells every count reads the cells as a multiset (`numa.wide`: sums, sorted slots, the
+    search's canonical state), so the sorted cells; None on two cells or where only the first
+    two have room (the two-cell forms read which cell is which)."""
+    if len(cells) <= 2 or not any(x for cell in cells[2:] for x in cell):
+        return None
+    return tuple(sorted(tuple(cell) for cell in cells))
