@@ -190,8 +190,12 @@ class MoveSearch:
             return
         p, work, value = self.p, self.p.work, self.p.value
         for r in rows.tolist():
-            state = (r, work.cell_free[r].tobytes(), work.host_free[r].tobytes())
-            state += (int(work.n_instances[r]),)
+            state: tuple[object, ...] = (
+                r,
+                work.cell_free[r].tobytes(),
+                work.host_free[r].tobytes(),
+                int(work.n_instances[r]),
+            )
             for k, f in enumerate(self.flavor_names):
                 seen = self._puts.get((k, *state))
                 if seen is None:
