@@ -153,8 +153,8 @@ def test_cell_local_devices_as_target_on_wide_hosts_are_refused() -> None:
         )
 
 
-@pytest.mark.slow  # ~3 s an example on a loaded machine: the planner <= optimum, mixed fleets
-@settings(max_examples=examples(0.1), deadline=None)
+@pytest.mark.slow  # 2-5 s an example, loaded: the only planner <= optimum check on mixed fleets
+@settings(max_examples=max(5, examples(0.1) // 2), deadline=None)
 @given(
     seed=st.integers(0, 10**6),
     flavors=st.sets(st.sampled_from(["one", "two", "four", "split"]), min_size=1, max_size=2),
