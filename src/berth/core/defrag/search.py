@@ -222,6 +222,8 @@ class MoveSearch:
                         for x, y in zip(cf, cu, strict=True)
                     ]
                     after_hf = [a + b for a, b in zip(hf, hu, strict=True)]
+                    if len(self._puts) >= PUT_MEMO:
+                        self._puts.clear()
                     gone = self._puts[(-1 - i, *state)] = (
                         value.one(r, after_cf, after_hf, left),
                         0,
