@@ -174,8 +174,8 @@ def defrag_bound(
     """The relaxed model's optimum (or HiGHS's dual bound at the time limit); None when the
     target or a movable flavor is outside what the model covers (module docstring)."""
     check_target(table, target)
-    if target.objective is Objective.EMPTY_HOSTS:
-        return None
+    if target.objective is Objective.EMPTY_HOSTS or table.cell_cap.shape[1] != 2:
+        return None  # its shapes are two-cell ones (`fixed_shapes`): on wider hosts, no bound
     value = HostValue(table, target, scheduler, now)
     rules = TargetRules(scheduler, now, value.drain, target.keep_traits)
     groups: dict[tuple[int, str, bytes, bytes], int] = {}

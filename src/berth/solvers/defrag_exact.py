@@ -45,13 +45,16 @@ from berth.core.defrag.objective import (
 from berth.core.defrag.rules import TargetRules, immovable
 from berth.core.demand import Demand
 from berth.core.engine import FilterScheduler
-from berth.core.errors import BerthError
 from berth.core.flavors import NumaMode
 from berth.core.model import GroupPolicy
 from berth.core.numa import vector
 from berth.core.resources import CELL_BASE, CELLS, HOST_RESOURCES
 from berth.core.table import Allocation, HostTable
+from berth.solvers import defrag_cells
 from berth.solvers._highs import dual_bound, solve_milp
+from berth.solvers._mip import Model as _Model
+from berth.solvers._mip import Use
+from berth.solvers._mip import add as _add
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -84,46 +87,6 @@ def heuristic_gap(exact: ExactResult, heuristic: float) -> float | None:
 
 
 # ---------------------------------------------------------------------------- model building
-
-
-class _Model:
-    """A MIP in triplet form: variables with bounds and objective, constraints by rows."""
-
-    def __init__(self) -> None:
-        self.cost: list[float] = []
-        self.lo: list[float] = []
-        self.hi: list[float] = []
-        self.rows: list[int] = []
-        self.cols: list[int] = []
-        self.vals: list[float] = []
-        self.row_lo: list[float] = []
-        self.row_hi: list[float] = []
-
-    def var(self, hi: float, cost: float = 0.0, lo: float = 0.0) -> int:
-        self.cost.append(cost)
-        self.lo.append(lo)
-        self.hi.append(hi)
-        return len(self.cost) - 1
-
-    def row(self, terms: dict[int, float], lo: float, hi: float) -> None:
-        r = len(self.row_lo)
-        for col, val in terms.items():
-            if val:
-                self.rows.append(r)
-                self.cols.append(col)
-                self.vals.append(val)
-        self.row_lo.append(lo)
-        self.row_hi.append(hi)
-
-
-Use = dict[tuple[int, int], dict[int, float]]
-"""(cell, column) -> {variable: coefficient}; cell -1 means the host columns."""
-
-
-def _add(use: Use, cell: int, col: int, var: int, coef: float) -> None:
-    if coef:
-        terms = use.setdefault((cell, col), {})
-        terms[var] = terms.get(var, 0.0) + coef
 
 
 def _split(model: _Model, use: Use, x: int, col: int, total: int, least: int) -> None:
@@ -174,7 +137,7 @@ def _options(model: _Model, d: Demand, use: Use, n_cells: int) -> list[int]:
 def _home(model: _Model, alloc: Allocation, use: Use) -> int:
     """Staying put: the instance's current footprint, unchanged."""
     x = model.var(1.0)
-    for c in range(CELLS):
+    for c in range(alloc.cell_use.shape[0]):
         for col in np.flatnonzero(alloc.cell_use[c]):
             _add(use, c, int(col), x, float(alloc.cell_use[c, col]))
     for col in np.flatnonzero(alloc.host_use):
@@ -221,8 +184,6 @@ def exact_optimum(
     time_limit: float = 30.0,
 ) -> ExactResult:
     """The best objective of a final state within the budget (module docstring)."""
-    if table.cell_cap.shape[1] != CELLS:
-        raise BerthError("the exact defragmentation optimum models two-cell hosts only")
     check_target(table, target)
     model = _Model()
     drain = drain_mask(table, target.drain)
@@ -269,7 +230,7 @@ class _Terms:
         n = len(table)
         width = CELL_BASE + len(table.device_types)
         return cls(
-            fixed_cell=np.zeros((n, CELLS, width), dtype=np.int64),
+            fixed_cell=np.zeros((n, table.cell_cap.shape[1], width), dtype=np.int64),
             fixed_host=np.zeros((n, HOST_RESOURCES), dtype=np.int64),
             fixed_count=np.zeros(n, dtype=np.int64),
             use=[{} for _ in range(n)],
@@ -315,13 +276,13 @@ def _add_instance(
         terms.group_terms[(group.id, home)][stay] = 1.0
     if drain[home]:
         terms.drain[stay] = -reward
-    allowed = rules.static_mask(table, alloc) & (
-        vector.count(d, table.cell_cap, table.host_cap, limit=1) >= 1
-    )
+    allowed = rules.static_mask(table, alloc) & (_tops(table, d) >= 1)
     allowed[home] = False
     for row in np.flatnonzero(allowed):
         h = int(row)
-        for x in _options(model, d, terms.use[h], int(table.n_cells[h])):
+        n_cells = int(table.n_cells[h])
+        shapes = _options if n_cells <= CELLS else defrag_cells.options
+        for x in shapes(model, d, terms.use[h], n_cells):
             choice[x] = 1.0
             terms.moved[x] = 1.0
             terms.on_host[h][x] = 1.0
@@ -366,11 +327,13 @@ def _slot_rows(
         d = table.demand(name)
         weight = value.weights[f]
         eligible = capacity_eligible(scheduler, table, name, now) & ~drain
-        tops = vector.count(d, table.cell_cap, table.host_cap)
+        tops = _tops(table, d)
         for row in np.flatnonzero(eligible & (tops >= 1)):
             h = int(row)
             top = float(min(int(tops[h]), 1 << 20))
-            slot_use, xs = _slots(model, d, weight, int(table.n_cells[h]), top)
+            n_cells = int(table.n_cells[h])
+            shapes = _slots if n_cells <= CELLS else defrag_cells.slots
+            slot_use, xs = shapes(model, d, weight, n_cells, top)
             free_cell, free_host = terms.free(table, h)
             _capacity_rows(model, terms.use[h], slot_use, free_cell, free_host)
             if d.mode == NumaMode.FLEX:
@@ -380,6 +343,17 @@ def _slot_rows(
                 count = dict(terms.on_host[h])
                 count.update(dict.fromkeys(xs, 1.0))
                 model.row(count, -np.inf, float(limit - terms.fixed_count[h]))
+
+
+def _tops(table: HostTable, d: Demand) -> I64:
+    """Per host, at least how many of `d` fit on it empty: `vector.count` on hosts of up to
+    two cells (and for flexible splits), the columns' bound on wider ones (which the search may
+    refuse when roomy, docs/numa.md; the model still counts them: `defrag_cells`)."""
+    out = vector.count(d, table.cell_cap, table.host_cap)
+    wide = table.n_cells > CELLS
+    if wide.any() and d.mode != NumaMode.FLEX:
+        out = np.where(wide, defrag_cells.top(d, table.cell_cap, table.host_cap), out)
+    return out
 
 
 def _empty_host_vars(model: _Model, terms: _Terms, drain: npt.NDArray[np.bool_]) -> None:
@@ -473,16 +447,16 @@ def _flex_rows(model: _Model, use: Use, d: Demand, x: int, free_cell: I64) -> No
 
 
 def _pci_rows(model: _Model, use: Use, d: Demand, xs: list[int], free_cell: I64) -> None:
-    """Host-level PCI devices of the slots come from either cell: bound by the cells' sum."""
+    """Host-level PCI devices of the slots come from any cell: bound by the cells' sum."""
     for p in np.flatnonzero(d.pci):
         col = CELL_BASE + int(p)
         both: dict[int, float] = {}
-        for c in range(CELLS):
+        for c in range(free_cell.shape[0]):
             for var, coef in use.get((c, col), {}).items():
                 both[var] = both.get(var, 0.0) + coef
         for x in xs:
             both[x] = both.get(x, 0.0) + float(d.pci[p])
-        model.row(both, -np.inf, float(free_cell[0, col] + free_cell[1, col]))
+        model.row(both, -np.inf, float(free_cell[:, col].sum()))
 
 
 def _solve(model: _Model, time_limit: float) -> tuple[F64, bool, float, str] | None:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from berth.core import preview
 from berth.core.defrag.execute import apply_moves, check_plan
 from berth.core.defrag.journal import Journal
 from berth.core.defrag.model import Budget, Objective, Plan, Target
@@ -28,7 +29,7 @@ from berth.core.defrag.rules import PlanError, TargetRules, immovable
 from berth.core.defrag.search import MoveSearch
 from berth.core.defrag.waves import Step, pack_waves
 from berth.core.engine import FilterScheduler
-from berth.core.numa import scalar, vector
+from berth.core.numa import scalar
 from berth.core.resources import CELL_BASE
 from berth.core.table import Allocation, HostTable
 
@@ -118,7 +119,7 @@ class _Planner:
                     lost = memo.get(key)
                     if lost is None:
                         cf, hf = cells.tolist(), hosts.tolist()
-                        cu = scalar.place(rd, cf)
+                        cu = scalar.place(rd, cf, work.distance.get(r))
                         after_cf = [scalar.minus(f, u) for f, u in zip(cf, cu, strict=True)]
                         after_hf = scalar.minus(hf, rd.host_use)
                         lost = value.one(r, cf, hf, k) - value.one(r, after_cf, after_hf, k + 1)
@@ -127,7 +128,7 @@ class _Planner:
                 return np.array(out, dtype=np.float64)
             rr = np.arange(len(work)) if rows is None else rows
             cell_free, host_free = work.free_rows(rows)
-            cell_use, host_use = vector.place(d, cell_free, host_free)
+            cell_use, host_use = preview.place_rows(work, d, rows, (cell_free, host_free))
             n_inst = work.n_instances[rr].astype(np.int64)
             before = value.of(rr, cell_free, host_free, n_inst)
             after = value.of(rr, cell_free - cell_use, host_free - host_use, n_inst + 1)
@@ -185,7 +186,8 @@ class _Planner:
         name = work.names[row]
         rd = work.demand(alloc.flavor).rows  # the claim rule on one host (= `plan_for`)
         if cell_use is None:
-            cell_use = np.array(scalar.place(rd, work.cell_free[row].tolist()), dtype=np.int64)
+            cell_free = work.cell_free[row].tolist()
+            cell_use = np.array(scalar.place(rd, cell_free, work.distance.get(row)), dtype=np.int64)
         host_use = np.array(rd.host_use, dtype=np.int64)
         self.journal.migrate(alloc, name, cell_use, host_use)
         self.steps.append(Step(alloc, name, cell_use, host_use))

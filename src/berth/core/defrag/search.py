@@ -27,7 +27,14 @@ from berth.core.defrag.journal import Journal
 from berth.core.defrag.model import Budget
 from berth.core.defrag.objective import HostValue
 from berth.core.defrag.rules import TargetRules
-from berth.core.defrag.shapes import fixed_shapes, footprint, insert_one, insert_values
+from berth.core.defrag.shapes import (
+    Shapes,
+    footprint,
+    insert_one,
+    insert_values,
+    landing_shapes,
+    shape_lists,
+)
 from berth.core.defrag.waves import Step
 from berth.core.table import Allocation, HostTable
 
@@ -44,6 +51,8 @@ PAIR_TRIES = 24
 """Pair candidates checked exactly per round (the best upper bounds first)."""
 SMALL_ROWS = 16
 """Up to this many changed hosts, their rows are recomputed in plain Python numbers."""
+PUT_MEMO = 100_000
+"""At most this many one-host insertion values remembered (forgetting costs time only)."""
 
 
 class _Uses(dict[int, tuple[list[list[int]], list[int]]]):
@@ -133,8 +142,9 @@ class MoveSearch:
         """Per host row, the positions of its movable instances (moved ones stay, not alive)."""
         for i, r in enumerate(self.owner.tolist()):
             self.by_host.setdefault(r, []).append(i)
-        shapes = shapes and work.cell_free.shape[1] == 2  # two-cell shapes (docs/numa.md)
-        self.shapes = {f: fixed_shapes(work.demand(f)) if shapes else [] for f in self.flavor_names}
+        self.shapes: dict[str, Shapes] = {
+            f: landing_shapes(work, f) if shapes else [] for f in self.flavor_names
+        }
         # request-independent target masks, one per request shape (rules cache them)
         masks: dict[int, int] = {}
         shared: dict[tuple[object, ...], int] = {}
@@ -161,8 +171,12 @@ class MoveSearch:
         self.rem = np.zeros(len(ids))
         self.best = np.full(len(self.static), -np.inf)
         self.best_row = np.full(len(self.static), -1, dtype=np.int64)
-        self._shape_lists = {f: [x.tolist() for x in v] for f, v in self.shapes.items()}
+        self._shape_lists = {f: shape_lists(v) for f, v in self.shapes.items()}
         self._uses: dict[int, tuple[list[list[int]], list[int]]] = _Uses(self)
+        self._puts: dict[tuple[object, ...], tuple[float, int]] = {}
+        """`insert_one` by flavor (and, under -1 - i, the value without movable instance i) and
+        everything it reads of the host: a pair tried and undone restores its hosts exactly,
+        to states already valued."""
         self.moves = 0
         self._refresh(np.arange(n))
 
@@ -176,10 +190,21 @@ class MoveSearch:
             return
         p, work, value = self.p, self.p.work, self.p.value
         for r in rows.tolist():
+            state: tuple[object, ...] = (
+                r,
+                work.cell_free[r].tobytes(),
+                work.host_free[r].tobytes(),
+                int(work.n_instances[r]),
+            )
             for k, f in enumerate(self.flavor_names):
-                self.put[k, r], self.put_shape[k, r] = insert_one(
-                    value, work, f, r, self._shape_lists[f]
-                )
+                seen = self._puts.get((k, *state))
+                if seen is None:
+                    if len(self._puts) >= PUT_MEMO:
+                        self._puts.clear()
+                    seen = self._puts[(k, *state)] = insert_one(
+                        value, work, f, r, self._shape_lists[f]
+                    )
+                self.put[k, r], self.put_shape[k, r] = seen
             self.put[:, r] -= float(p.current()[r])
             alive = [i for i in self.by_host.get(r, ()) if self.alive[i]]
             if not alive:
@@ -189,12 +214,21 @@ class MoveSearch:
             left = int(work.n_instances[r]) - 1
             now = float(p.current()[r])
             for i in alive:
-                cu, hu = self._uses[i]
-                after_cf = [
-                    [a + b for a, b in zip(x, y, strict=True)] for x, y in zip(cf, cu, strict=True)
-                ]
-                after_hf = [a + b for a, b in zip(hf, hu, strict=True)]
-                self.rem[i] = value.one(r, after_cf, after_hf, left) - now
+                gone = self._puts.get((-1 - i, *state))  # the host's value without i
+                if gone is None:
+                    cu, hu = self._uses[i]
+                    after_cf = [
+                        [a + b for a, b in zip(x, y, strict=True)]
+                        for x, y in zip(cf, cu, strict=True)
+                    ]
+                    after_hf = [a + b for a, b in zip(hf, hu, strict=True)]
+                    if len(self._puts) >= PUT_MEMO:
+                        self._puts.clear()
+                    gone = self._puts[(-1 - i, *state)] = (
+                        value.one(r, after_cf, after_hf, left),
+                        0,
+                    )
+                self.rem[i] = gone[0] - now
         self._group_best(rows)
 
     def _group_best(self, rows: I64 | None) -> None:

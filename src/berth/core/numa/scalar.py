@@ -21,7 +21,7 @@ import numpy as np
 
 from berth.core.demand import Cols, RowDemand
 from berth.core.flavors import NumaMode
-from berth.core.numa import vector
+from berth.core.numa import vector, wide
 from berth.core.numa.rule import BIG
 
 Cells = list[list[int]]
@@ -122,7 +122,7 @@ def place(rd: RowDemand, cell_free: Cells, distance: list[list[int]] | None = No
         d = rd.source
         arr = np.array([cell_free], dtype=np.int64)
         host = np.zeros((1, len(rd.host_use)), dtype=np.int64)
-        dist = None if distance is None else np.array([distance], dtype=np.int64)
+        dist = wide.distances_on([distance], len(cell_free))
         use: Cells = vector.place(d, arr, host, dist)[0][0].tolist()
         return use
     zero = [0] * rd.width

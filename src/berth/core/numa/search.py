@@ -40,6 +40,11 @@ SWEEP_STATES = 20_000
 """The most states (used counts per shape type) one feasibility sweep may hold; see
 `Searcher.too_large`. Two shape types: up to 140 guests a host; three: 26; four: 11."""
 
+DEVICE_WORK = 10_000
+"""The most `upper(state) x placements(state)` a device search may start from; see
+`Searcher.too_large`. Eight even cells: a two-cell guest with one device up to 178 guests a
+host (56 placements), a four-cell guest with one device and four devices a cell up to 35."""
+
 MEMO_STATES = 200_000
 """At most this many states kept per flavor (tens of MB at most)."""
 
@@ -164,11 +169,24 @@ class Searcher:
             min((c[i] // s for i, s in enumerate(self.smallest) if s > 0), default=BIG)
             for c in state
         ]
+        for col, _ in self.pci:  # each guest draws a device from a cell holding one of its cells
+            best = min(best, sum(min(u, c[col]) for u, c in zip(units, state, strict=True)))
         return max(min(best, even_bound(units, self.k)), 0)
+
+    def _balance(self, state: State) -> tuple[int, int]:
+        """Child order after `upper`: the state with the most upper bound, then the most even
+        (smallest sums of squares of the cells' slots and devices): a longest sequence keeps
+        the cells even, so the first branch usually reaches the bound and the search stops."""
+        units = [
+            min((c[i] // s for i, s in enumerate(self.smallest) if s > 0), default=BIG)
+            for c in state
+        ]
+        devices = sum(c[col] * c[col] for c in state for col, _ in self.pci)
+        return self.upper(state), -sum(u * u for u in units) - devices
 
     def count(self, state: State, limit: int | None = None) -> int:
         """How many more guests fit on the canonical `state` (at most `limit` when given)."""
-        if not self.pci and self.too_large(state):
+        if self.too_large(state):
             return 0  # refused: see `too_large`
         if limit is not None and limit <= 1:
             return min(limit, 1) if any(True for _ in self.placements(state)) else 0
@@ -176,11 +194,21 @@ class Searcher:
 
     def too_large(self, state: State) -> bool:
         """Whether counting `state` exactly would sweep more than `SWEEP_STATES` states (FIXED
-        guests of several distinct cell shapes on a roomy host). Such a host is refused for
-        the flavor (count 0, so nothing is placed and no count is wrong); the bound only
-        shrinks as the host fills, so a host counted once stays counted, and placing one
-        instance still lowers its count by exactly one (docs/numa.md)."""
+        guests of several distinct cell shapes on a roomy host) or, for guests with cell-local
+        devices, start a search of more than `DEVICE_WORK` (its bound times its placements:
+        the work of the first branch, which with `_balance`'s order reached the bound in every
+        measured case; docs/numa.md). Such a host is refused for the flavor (count 0, so
+        nothing is placed and no count is wrong); both measures only shrink as the host fills
+        (fewer placements fit a fuller host, the bound does not grow), so a host counted once
+        stays counted, and placing one instance still lowers its count by exactly one."""
         top = self.upper(state)
+        if self.pci:
+            work = 0
+            for _ in self.placements(state):
+                work += top
+                if work > DEVICE_WORK:
+                    return True
+            return False
         space = 1
         for _, mult in self.types:
             space *= top * mult + 1
@@ -201,7 +229,7 @@ class Searcher:
         best = 0
         if top > 0:
             children = {self.canonical(self.after(state, h, t)) for h, t in self.placements(state)}
-            for child in sorted(children, key=self.upper, reverse=True):
+            for child in sorted(children, key=self._balance, reverse=True):
                 best = max(best, 1 + self._count(child))
                 if best >= top:
                     break

@@ -21,6 +21,7 @@ rule is known; the `numa_topology` filter refuses such hosts for FLEX flavors).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import combinations
 from typing import Any
 
@@ -211,6 +212,25 @@ def _spread(sets: npt.NDArray[np.bool_], distance: I64 | None, n: int) -> I64:
         one = np.einsum("scd,cd->s", pair, np.abs(idx[:, None] - idx[None, :])) // 2
         return np.broadcast_to(one, (n, sets.shape[0]))
     out: I64 = np.einsum("scd,ncd->ns", pair, distance) // 2
+    return out
+
+
+def distances_on(matrices: Sequence[Sequence[Sequence[int]] | None], cells: int) -> I64 | None:
+    """(hosts, cells, cells): each host's NUMA distances on a cell axis `cells` wide, the one
+    reading of `numa_distances` every caller of the claim rule shares (`HostTable.plan_for`
+    through `scalar.place`, the previews of `core.preview`). A host's matrix fills its own
+    cells; index distance ``|i - j|`` stands where a host reports none and on the padding
+    cells of hosts narrower than the axis (which hold nothing, so they are never chosen).
+    None when no host reports a matrix: the rule then uses index distance everywhere."""
+    if all(m is None for m in matrices):
+        return None
+    idx = np.arange(cells)
+    out = np.broadcast_to(np.abs(idx[:, None] - idx[None, :]), (len(matrices), cells, cells))
+    out = out.copy()
+    for i, m in enumerate(matrices):
+        if m is not None:
+            k = len(m)
+            out[i, :k, :k] = np.asarray(m, dtype=np.int64)
     return out
 
 

@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
+from berth.core import preview
 from berth.core.demand import Demand, PackedReferences
 from berth.core.errors import SpecError
 from berth.core.filters.base import Context, Workload
@@ -147,7 +148,7 @@ class FragmentationWeigher(HostWeigher):
                 return out
             hosts = sub if subset is None else subset[sub]
             cf, hf = table.free_rows(hosts)
-            cell_use, host_use = vector.place(demand, cf, hf)
+            cell_use, host_use = preview.place_rows(table, demand, hosts, (cf, hf))
             cell_after, host_after = cf - cell_use, hf - host_use
             for j, d in enumerate(refs):
                 counts = before[sub, j]

@@ -30,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
+from berth.core import preview
 from berth.core.errors import SpecError
 from berth.core.filters.base import Context, Workload
 from berth.core.flavors import FlavorSpec
@@ -155,7 +156,7 @@ class SlotLossWeigher(HostWeigher):
                 return out
             hosts = sub if subset is None else subset[sub]
             cf, hf = table.free_rows(hosts)
-            cell_use, host_use = vector.place(demand, cf, hf)
+            cell_use, host_use = preview.place_rows(table, demand, hosts, (cf, hf))
             cell_after, host_after = cf - cell_use, hf - host_use
             for j, d in enumerate(refs):
                 after = np.minimum(vector.count(d, cell_after, host_after), INT32_MAX)
