@@ -9,10 +9,11 @@ least-damage eviction plan is searched the same way (docs/policy.md, "The pipeli
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from berth.core.engine import Decision, FilterScheduler
+from berth.core.engine import Decision, FilterScheduler, WhyHook
 from berth.core.explain import Diagnosis, NoValidHost
 from berth.core.filters.rack_anti_affinity import RackAntiAffinityFilter, RackAntiAffinityParams
 from berth.core.request import RequestSpec
@@ -36,6 +37,11 @@ from berth.policy.topology import Cluster, DeploymentSet, Topology
 Sized = tuple[Cluster, str | None, int, int]
 """A route with the instances its pool can take and the pool's number of hosts."""
 
+WhyFactory = Callable[[FilterScheduler, RequestSpec], WhyHook]
+"""Given the scheduler and core request of one cluster's try, the `why` hook for its
+`select_destinations` (`berth.core.why.WhyRecorder`); the last one made explains the placement
+unless it evicts (docs/why.md)."""
+
 
 @dataclass(frozen=True)
 class Job:
@@ -46,6 +52,8 @@ class Job:
     now: float
     cands: Candidates
     ds: DeploymentSet | None
+    why: WhyFactory | None = None
+    """Explain the placement's choice (None: nothing is recorded, nothing costs)."""
 
 
 @dataclass(frozen=True)
@@ -115,8 +123,11 @@ class ClusterPlacer:
         for cluster, net, total, pool_hosts in self._order(sized, job.request.count):
             sched = self._scheduler_for(cluster, cand, job.ds)
             core_request = _core_request(job, cand)
+            hook = None if job.why is None else job.why(sched, core_request)
             try:
-                decision = sched.select_destinations(cluster.table, core_request, job.now)
+                decision = sched.select_destinations(
+                    cluster.table, core_request, job.now, why=hook
+                )
             except NoValidHost as exc:
                 attempts.append(
                     Attempt(

@@ -16,6 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from berth.core.engine import FilterScheduler, WhyHook
+from berth.core.request import RequestSpec
+from berth.core.why import DEFAULT_TOP, InstanceWhy, WhyRecorder
 from berth.policy.model import EVICTABLE, Business
 from berth.policy.outcome import Failure, Placement, ScheduleRequest
 from berth.policy.pipeline import PolicyEngine
@@ -51,6 +54,9 @@ class Scheduled:
     attempts: int
     decision_ms: float
     response: dict[str, Any] | None = None
+    why: list[InstanceWhy] | None = None
+    """Each instance explained (asked, or `ServiceConfig.why_all`); None when the placement
+    evicted (the least-damage plan chose the host, not the weighers)."""
 
 
 def schedule(
@@ -59,8 +65,11 @@ def schedule(
     *,
     idempotency: tuple[str, str, str] | None = None,
     response: Callable[[Scheduled], dict[str, Any]] | None = None,
+    why: int = 0,
 ) -> Scheduled:
-    """Decide with the policy engine on the replica's tables, commit through the store."""
+    """Decide with the policy engine on the replica's tables, commit through the store.
+    `why`: explain the choice with this many candidates per instance (0: only if the replica
+    records why for every decision, `ServiceConfig.why_all`)."""
     view = policy_view(replica)
     if view is None:
         raise BadRequestError("policy", "this replica runs without a policy (serve --policy)")
@@ -73,7 +82,7 @@ def schedule(
     request = request.model_copy(update={"deployment_set": key})
     return commit_with_retries(
         replica,
-        MultiCloudDecider(view.engine),
+        MultiCloudDecider(view.engine, why or (DEFAULT_TOP if replica.config.why_all else 0)),
         request,
         guard=view.lock,
         idempotency=idempotency,
@@ -85,13 +94,16 @@ def schedule(
 class MultiCloudDecider:
     """Chooses for `/v1/schedule` (a `berth.service.placing.decider.Decider`)."""
 
-    def __init__(self, engine: PolicyEngine) -> None:
+    def __init__(self, engine: PolicyEngine, why: int = 0) -> None:
         self.engine = engine
+        self.why = why
+        """Candidates to explain per instance (`core.why`; 0: nothing recorded)."""
 
     def decide(self, views: Replica, request: ScheduleRequest, attempt: Attempt) -> Plan[Scheduled]:
         """The engine's placement, or `PolicyFailureError` with its explained failure."""
+        recorders: list[WhyRecorder] = []
         t0 = time.perf_counter()
-        outcome = self.engine.decide(request, views.clock())
+        outcome = self.engine.decide(request, views.clock(), self._factory(recorders))
         decision_ms = (time.perf_counter() - t0) * 1e3
         if isinstance(outcome, Failure):
             raise PolicyFailureError(outcome)
@@ -126,8 +138,9 @@ class MultiCloudDecider:
             )
             for h in touched
         }
+        why = _explained(placement, recorders)
         done = Scheduled(
-            attempt.placement_id, placement, CommitResult(), attempt.number, decision_ms
+            attempt.placement_id, placement, CommitResult(), attempt.number, decision_ms, why=why
         )
         return Plan(
             done,
@@ -140,7 +153,34 @@ class MultiCloudDecider:
             request.count,
             evictions=tuple(placement.evictions),
             preemptible_limit=_limit(self.engine, placement, request),
+            why=why,
         )
+
+    def _factory(
+        self, recorders: list[WhyRecorder]
+    ) -> Callable[[FilterScheduler, RequestSpec], WhyHook] | None:
+        """The engine's `why` factory: one recorder per cluster tried, kept in `recorders`."""
+        if not self.why:
+            return None
+        top = self.why
+
+        def make(scheduler: FilterScheduler, core_request: RequestSpec) -> WhyHook:
+            recorders.append(WhyRecorder(scheduler, core_request, top))
+            return recorders[-1]
+
+        return make
+
+
+def _explained(placement: Placement, recorders: list[WhyRecorder]) -> list[InstanceWhy] | None:
+    """The placement's instances explained: the last cluster tried is the one that placed,
+    unless the placement came from a preemption plan (then None)."""
+    if placement.plan is not None or not recorders:
+        return None
+    instances = recorders[-1].instances
+    chosen = [(s.instance_id, s.host) for s in placement.decision.selections]
+    if [(w.instance_id, w.hosts[0]) for w in instances] != chosen:
+        return None  # pragma: no cover - the recorder saw another decision
+    return instances
 
 
 def _limit(
