@@ -84,7 +84,8 @@ def test_an_explained_placement_keeps_its_why_in_the_outcome_log(env: Env) -> No
     )
     assert asked.status_code == 201, asked.text
     [row] = env.store.recent_outcomes(1)
-    assert row.why is not None and row.why["top"] == 4
+    assert row.why is not None
+    assert row.why["top"] == 4
     assert_kept(row.why, asked.json()["why"])
     assert env.post("/v1/placements", {"flavor": "c3.large"}, "alpha").status_code == 201
     assert env.store.recent_outcomes(1)[0].why is None
@@ -93,9 +94,11 @@ def test_an_explained_placement_keeps_its_why_in_the_outcome_log(env: Env) -> No
         plain = env.post("/v1/placements", {"flavor": "c3.large", "seed": 3}, "alpha")
     finally:
         env.replica.config.why_all = False
-    assert plain.status_code == 201 and "why" not in plain.json()
+    assert plain.status_code == 201
+    assert "why" not in plain.json()
     kept = env.store.recent_outcomes(1)[0].why
-    assert kept is not None and kept["top"] == 3
+    assert kept is not None
+    assert kept["top"] == 3
     [inst] = kept["instances"]
     assert inst["host"] == plain.json()["instances"][0]["host"]
     assert len(inst["ranked"]) == 3
@@ -104,7 +107,8 @@ def test_an_explained_placement_keeps_its_why_in_the_outcome_log(env: Env) -> No
     )
     assert many.status_code == 201, many.text
     kept = env.store.recent_outcomes(1)[0].why
-    assert kept is not None and len(kept["instances"]) == STORED_INSTANCES  # a few kB a row
+    assert kept is not None
+    assert len(kept["instances"]) == STORED_INSTANCES
     assert_kept(kept, many.json()["why"])
 
 
