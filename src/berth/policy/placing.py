@@ -125,9 +125,7 @@ class ClusterPlacer:
             core_request = _core_request(job, cand)
             hook = None if job.why is None else job.why(sched, core_request)
             try:
-                decision = sched.select_destinations(
-                    cluster.table, core_request, job.now, why=hook
-                )
+                decision = sched.select_destinations(cluster.table, core_request, job.now, why=hook)
             except NoValidHost as exc:
                 attempts.append(
                     Attempt(

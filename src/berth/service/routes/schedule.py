@@ -172,10 +172,10 @@ def _schedule(
 ) -> Any:
     """Run the pipeline and answer 201 (`why`: candidates explained per instance, 0: not
     asked); a capacity failure (409) or contention while another request with the same key
-    committed answers with that request's placement (docs/service.md, "Idempotency"). A request with a key that finds no room decides once
-    more if the log moved since (caught up first), as /v1/placements does: a replica that had
-    not yet heard of a release must not answer 409 while a twin on another replica takes the
-    freed slot."""
+    committed answers with that request's placement (docs/service.md, "Idempotency"). A
+    request with a key that finds no room decides once more if the log moved since (caught up
+    first), as /v1/placements does: a replica that had not yet heard of a release must not
+    answer 409 while a twin on another replica takes the freed slot."""
     project = request.project
     for last_try in (idem is None, True):
         seen = replica.last_event  # the log as far as the decision can have seen it
