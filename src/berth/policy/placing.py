@@ -17,6 +17,7 @@ from berth.core.engine import Decision, FilterScheduler, WhyHook
 from berth.core.explain import Diagnosis, NoValidHost
 from berth.core.filters.rack_anti_affinity import RackAntiAffinityFilter, RackAntiAffinityParams
 from berth.core.request import RequestSpec
+from berth.core.why import InstanceWhy, WhyRecorder
 from berth.policy.capacity import CapacityCounter
 from berth.policy.catalogue import Candidate, Candidates, Catalogue
 from berth.policy.deployment_sets import one_per_place, used_racks
@@ -41,6 +42,30 @@ WhyFactory = Callable[[FilterScheduler, RequestSpec], WhyHook]
 """Given the scheduler and core request of one cluster's try, the `why` hook for its
 `select_destinations` (`berth.core.why.WhyRecorder`); the last one made explains the placement
 unless it evicts (docs/why.md)."""
+
+
+class WhyRecorders:
+    """A `WhyFactory` keeping one `core.why.WhyRecorder` per cluster tried (`top` candidates
+    per instance); `explained` picks the one that placed."""
+
+    def __init__(self, top: int) -> None:
+        self.top = top
+        self.made: list[WhyRecorder] = []
+
+    def __call__(self, scheduler: FilterScheduler, request: RequestSpec) -> WhyHook:
+        self.made.append(WhyRecorder(scheduler, request, self.top))
+        return self.made[-1]
+
+    def explained(self, placement: Placement) -> list[InstanceWhy] | None:
+        """The placement's instances explained: the last cluster tried is the one that placed;
+        None when a preemption plan chose the hosts (the least-damage plan, not the weighers)."""
+        if placement.plan is not None or not self.made:
+            return None
+        instances = self.made[-1].instances
+        chosen = [(s.instance_id, s.host) for s in placement.decision.selections]
+        if [(w.instance_id, w.hosts[0]) for w in instances] != chosen:  # pragma: no cover
+            return None
+        return instances
 
 
 @dataclass(frozen=True)

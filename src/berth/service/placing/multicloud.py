@@ -16,12 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from berth.core.engine import FilterScheduler, WhyHook
-from berth.core.request import RequestSpec
-from berth.core.why import DEFAULT_TOP, InstanceWhy, WhyRecorder
+from berth.core.why import DEFAULT_TOP, InstanceWhy
 from berth.policy.model import EVICTABLE, Business
 from berth.policy.outcome import Failure, Placement, ScheduleRequest
 from berth.policy.pipeline import PolicyEngine
+from berth.policy.placing import WhyRecorders
 from berth.service.placing.commit import commit_with_retries
 from berth.service.placing.decider import Attempt, Plan
 from berth.service.placing.errors import BadRequestError
@@ -101,9 +100,9 @@ class MultiCloudDecider:
 
     def decide(self, views: Replica, request: ScheduleRequest, attempt: Attempt) -> Plan[Scheduled]:
         """The engine's placement, or `PolicyFailureError` with its explained failure."""
-        recorders: list[WhyRecorder] = []
+        recorders = WhyRecorders(self.why) if self.why else None
         t0 = time.perf_counter()
-        outcome = self.engine.decide(request, views.clock(), self._factory(recorders))
+        outcome = self.engine.decide(request, views.clock(), recorders)
         decision_ms = (time.perf_counter() - t0) * 1e3
         if isinstance(outcome, Failure):
             raise PolicyFailureError(outcome)
@@ -138,7 +137,7 @@ class MultiCloudDecider:
             )
             for h in touched
         }
-        why = _explained(placement, recorders)
+        why = None if recorders is None else recorders.explained(placement)
         done = Scheduled(
             attempt.placement_id, placement, CommitResult(), attempt.number, decision_ms, why=why
         )
@@ -155,32 +154,6 @@ class MultiCloudDecider:
             preemptible_limit=_limit(self.engine, placement, request),
             why=why,
         )
-
-    def _factory(
-        self, recorders: list[WhyRecorder]
-    ) -> Callable[[FilterScheduler, RequestSpec], WhyHook] | None:
-        """The engine's `why` factory: one recorder per cluster tried, kept in `recorders`."""
-        if not self.why:
-            return None
-        top = self.why
-
-        def make(scheduler: FilterScheduler, core_request: RequestSpec) -> WhyHook:
-            recorders.append(WhyRecorder(scheduler, core_request, top))
-            return recorders[-1]
-
-        return make
-
-
-def _explained(placement: Placement, recorders: list[WhyRecorder]) -> list[InstanceWhy] | None:
-    """The placement's instances explained: the last cluster tried is the one that placed,
-    unless the placement came from a preemption plan (then None)."""
-    if placement.plan is not None or not recorders:
-        return None
-    instances = recorders[-1].instances
-    chosen = [(s.instance_id, s.host) for s in placement.decision.selections]
-    if [(w.instance_id, w.hosts[0]) for w in instances] != chosen:
-        return None  # pragma: no cover - the recorder saw another decision
-    return instances
 
 
 def _limit(
