@@ -94,6 +94,16 @@ def time_placements(kind: str, n: int, modes: Sequence[str]) -> dict[str, Any]:
         replica = app.state.replica
         total: dict[str, list[float]] = {m: [] for m in modes}
         decide: dict[str, list[float]] = {m: [] for m in modes}
+        commit: dict[str, list[float]] = {m: [] for m in modes}
+        seen: list[float] = []
+        told = replica.on_commit
+
+        def on_commit(seconds: float, applied: bool) -> None:  # the store's commit alone
+            seen.append(seconds * 1e3)
+            if told is not None:
+                told(seconds, applied)
+
+        replica.on_commit = on_commit
         order = list(modes)
         for i in range(WARM + n):
             for mode in order if i % 2 else reversed(order):
@@ -110,7 +120,8 @@ def time_placements(kind: str, n: int, modes: Sequence[str]) -> dict[str, Any]:
                 if i >= WARM:
                     total[mode].append(ms)
                     decide[mode].append(placed.decision_ms)
-        out: dict[str, Any] = {"total": total, "decide": decide}
+                    commit[mode].append(seen[-1])
+        out: dict[str, Any] = {"total": total, "decide": decide, "commit": commit}
         if "on" in modes:
             out.update(_records(store))
         store.close()
@@ -185,17 +196,18 @@ def markdown(report: dict[str, Any]) -> str:
         "with other work: compare the ratios measured in one run)",
         "",
         "| database | placement off (ms) | placement on (ms) | cost (medians) | median per-pair "
-        "cost | decision off (ms) | decision on (ms) | row `why` (bytes, median) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "cost | decision off (ms) | decision on (ms) | commit off (ms) | commit on (ms) | row "
+        "`why` (bytes, median) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for kind, r in report["why_all"].items():
         off, on = r["total"]["off"], r["total"]["on"]
-        d_off, d_on = r["decide"]["off"], r["decide"]["on"]
+        med = {k: {m: statistics.median(v) for m, v in r[k].items()} for k in ("decide", "commit")}
         lines.append(
             f"| {kind} | {statistics.median(off):.3f} | {statistics.median(on):.3f} | "
             f"{statistics.median(on) / statistics.median(off) - 1:+.1%} | {_pairs(on, off):+.1%} "
-            f"| {statistics.median(d_off):.3f} | {statistics.median(d_on):.3f} | "
-            f"{r['row_bytes']:.0f} |"
+            f"| {med['decide']['off']:.3f} | {med['decide']['on']:.3f} | "
+            f"{med['commit']['off']:.3f} | {med['commit']['on']:.3f} | {r['row_bytes']:.0f} |"
         )
     lines += [
         "",
@@ -209,14 +221,18 @@ def markdown(report: dict[str, Any]) -> str:
             "",
             f"Not asked (why off): the same placements in separate processes of this checkout "
             f"and of {base['label']} (before the `why` column), alternated {base['rounds']} "
-            "times on fresh databases; per process the median placement, then the best "
-            "process of each:",
+            "times on fresh databases; per process the median placement and the median commit "
+            "(`Store.commit_placement` alone), then the best process of each:",
             "",
-            "| database | this checkout (ms) | base (ms) | difference |",
-            "|---|---:|---:|---:|",
+            "| database | placement, this checkout (ms) | placement, base (ms) | difference | "
+            "commit, this checkout (ms) | commit, base (ms) | difference |",
+            "|---|---:|---:|---:|---:|---:|---:|",
         ]
-        for kind, (this, old) in base["medians"].items():
-            lines.append(f"| {kind} | {this:.3f} | {old:.3f} | {this / old - 1:+.1%} |")
+        for kind, (this, old, c_this, c_old) in base["medians"].items():
+            lines.append(
+                f"| {kind} | {this:.3f} | {old:.3f} | {this / old - 1:+.1%} | {c_this:.3f} | "
+                f"{c_old:.3f} | {c_this / c_old - 1:+.1%} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -256,12 +272,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         here = REPO / "src"
         medians = {}
         for kind in kinds:
-            runs: dict[str, list[float]] = {"this": [], "base": []}
+            runs: dict[str, list[float]] = {"this": [], "base": [], "c_this": [], "c_base": []}
             for _ in range(args.rounds):
                 for who, src in (("base", args.base_src), ("this", here)):
                     got = _worker(src, kind, args.placements)
                     runs[who].append(statistics.median(got["total"]["off"]))
-            medians[kind] = (min(runs["this"]), min(runs["base"]))
+                    runs["c_" + who].append(statistics.median(got["commit"]["off"]))
+            medians[kind] = tuple(min(runs[k]) for k in ("this", "base", "c_this", "c_base"))
         report["base"] = {"label": args.base_label, "rounds": args.rounds, "medians": medians}
     text = markdown(report)
     print(text)
