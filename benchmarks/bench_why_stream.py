@@ -128,6 +128,37 @@ def time_placements(kind: str, n: int, modes: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def time_client_writes(repeats: int = 20_000) -> float:
+    """Median µs (of 5 runs) of the client-side work the commit path changed: the outcome's
+    row values and PostgreSQL's claim statement built from them (`pgclaim._writes`), why off.
+    Runs on either checkout: the base has the same functions, without the `why` branch."""
+    from berth.store import pgclaim
+    from berth.store.outcomes import outcome_values
+    from berth.store.repo import Outcome
+
+    o = Outcome("success", "placed", "c3.large", "bench", 1, 1.0, "on-demand", "az1: h")
+    runs = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            w = pgclaim.ClaimWrites(
+                sets=[],
+                hosts=[],
+                verify_hosts=[],
+                sized_sets=[],
+                networks=[],
+                instances=[],
+                idempotency=None,
+                outcome=outcome_values(o, 1.0),
+                events=[],
+                ts=1.0,
+                replica="r1",
+            )
+            pgclaim._writes(w)
+        runs.append((time.perf_counter() - t0) / repeats * 1e6)
+    return statistics.median(runs)
+
+
 def _records(store: Any) -> dict[str, Any]:
     """The kept rows' sizes, and the time to build one compact record from a fresh decision."""
     rows = [r for r in store.recent_outcomes(200) if r.why is not None]
@@ -221,18 +252,25 @@ def markdown(report: dict[str, Any]) -> str:
             "",
             f"Not asked (why off): the same placements in separate processes of this checkout "
             f"and of {base['label']} (before the `why` column), alternated {base['rounds']} "
-            "times on fresh databases; per process the median placement and the median commit "
-            "(`Store.commit_placement` alone), then the best process of each:",
+            "times on fresh databases; per process the median placement, the median commit "
+            "(`Store.commit_placement` alone) and the client-side outcome statement (outcome "
+            "values and PostgreSQL's claim statement, `pgclaim._writes`, the only commit code "
+            "that changed), then the best process of each (the median process in brackets):",
             "",
-            "| database | placement, this checkout (ms) | placement, base (ms) | difference | "
-            "commit, this checkout (ms) | commit, base (ms) | difference |",
-            "|---|---:|---:|---:|---:|---:|---:|",
+            "| database | what | this checkout | base | difference |",
+            "|---|---|---:|---:|---:|",
         ]
-        for kind, (this, old, c_this, c_old) in base["medians"].items():
-            lines.append(
-                f"| {kind} | {this:.3f} | {old:.3f} | {this / old - 1:+.1%} | {c_this:.3f} | "
-                f"{c_old:.3f} | {c_this / c_old - 1:+.1%} |"
-            )
+        for kind, m in base["medians"].items():
+            for what, key, unit in (
+                ("placement", "", "ms"),
+                ("commit", "c_", "ms"),
+                ("outcome statement (client)", "u_", "µs"),
+            ):
+                (this, this_med), (old, old_med) = m[key + "this"], m[key + "base"]
+                lines.append(
+                    f"| {kind} | {what} ({unit}) | {this:.3f} [{this_med:.3f}] | {old:.3f} "
+                    f"[{old_med:.3f}] | {this / old - 1:+.1%} [{this_med / old_med - 1:+.1%}] |"
+                )
     return "\n".join(lines) + "\n"
 
 
@@ -255,7 +293,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = ap.parse_args(argv)
     if args.worker:  # why off only: the other checkout may not know `why_all`
-        print(json.dumps(time_placements(args.worker, args.placements, ["off"])))
+        got = time_placements(args.worker, args.placements, ["off"])
+        got["client_us"] = time_client_writes()
+        print(json.dumps(got))
         return 0
     kinds = args.db.split(",")
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True)
@@ -272,13 +312,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         here = REPO / "src"
         medians = {}
         for kind in kinds:
-            runs: dict[str, list[float]] = {"this": [], "base": [], "c_this": [], "c_base": []}
+            runs: dict[str, list[float]] = {
+                k: [] for k in ("this", "base", "c_this", "c_base", "u_this", "u_base")
+            }
             for _ in range(args.rounds):
                 for who, src in (("base", args.base_src), ("this", here)):
                     got = _worker(src, kind, args.placements)
                     runs[who].append(statistics.median(got["total"]["off"]))
                     runs["c_" + who].append(statistics.median(got["commit"]["off"]))
-            medians[kind] = tuple(min(runs[k]) for k in ("this", "base", "c_this", "c_base"))
+                    runs["u_" + who].append(got["client_us"])
+            medians[kind] = {k: (min(v), statistics.median(v)) for k, v in runs.items()}
         report["base"] = {"label": args.base_label, "rounds": args.rounds, "medians": medians}
     text = markdown(report)
     print(text)
