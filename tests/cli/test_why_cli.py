@@ -66,3 +66,31 @@ def test_why_not_exit_codes() -> None:
     bad = runner.invoke(app, ["why-not", "--fleet", WHY_NOT, "--flavor", "nope"])
     assert bad.exit_code == 2
     assert "nope" in bad.stderr
+
+
+def test_schedule_why_equals_core_why_in_the_chosen_pool() -> None:
+    """`berth schedule --why --json` on the demo policy: each instance's breakdown is what
+    `core.why` gives for the same decision (the scheduler restricted to the chosen pool, the
+    cluster's table, the same ids and seed); the text output prints the tables."""
+    from berth.cli.schedule import load_engine
+    from berth.core.request import RequestSpec
+    from berth.core.why import explain_placement
+    from berth.policy.restrict import restricted
+
+    args = ["schedule", "-r", "beijing", "--flavor", "v.c3.large", "-n", "2", "--why"]
+    result = runner.invoke(app, [*args, "--json", "--top", "4", "--seed", "5"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    engine, now = load_engine(None, None)
+    cluster = engine.topology.clusters[data["cluster"]]
+    traits = tuple(engine.catalogue.pools[data["pool"]].traits)
+    ids = tuple(i["id"] for i in data["instances"])
+    request = RequestSpec(flavor=data["flavor"], num_instances=2, instance_ids=ids, seed=5)
+    scheduler = restricted(engine.scheduler, cluster.pool_mask(traits), "not in the pool")
+    assert now is not None
+    _, expected = explain_placement(scheduler, cluster.table, request, now, 4)
+    assert data["why"] == json.loads(json.dumps([w.to_dict() for w in expected]))
+    text = runner.invoke(app, args)
+    assert text.exit_code == 0, text.output
+    assert expected[0].summary().split(":")[0] in text.stdout  # "vm-... -> host (N candidates)"
+    assert "= part" in text.stdout

@@ -144,11 +144,18 @@ def check_placements_stream_live_with_failure_explanations(browser: Any, site: S
     page.goto(site.server.url + "/dashboard/placements")
     page.wait_for_function("document.getElementById('live').classList.contains('on')")
     page.evaluate("window.__sameDocument = true")
-    placed = site.api("POST", "/v1/placements", "alpha", json={"flavor": "c3.2xlarge"}).json()
+    placed = site.api(
+        "POST", "/v1/placements", "alpha", json={"flavor": "c3.2xlarge"}, params={"why": "true"}
+    ).json()
     host = placed["instances"][0]["host"]
     row = page.locator("#stream tbody tr.success", has_text=host).first
     row.wait_for()
     assert "c3.2xlarge" in row.inner_text()
+    why = row.locator("details.why")  # the live row opens to why its host won
+    why.locator("summary").click()
+    [explained] = placed["why"]
+    assert explained["summary"] in why.inner_text()
+    assert explained["ranked"][1]["host"] in why.locator("table.why-table").inner_text()
     failed = site.api("POST", "/v1/placements", json={"flavor": "gn3.4xlarge", "count": 60})
     assert failed.status_code == 409
     bad = page.locator("#stream tbody tr.failure").first

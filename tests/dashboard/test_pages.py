@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from markupsafe import escape
 
 from berth.core.fragmentation import fragmentation_rate
 from berth.service.dashboard import assets, pages
@@ -216,6 +217,45 @@ def test_the_stream_carries_decisions_and_failure_explanations(env: Env):
     assert any(kind == "change" for kind, _ in got)
     # a tenant of another project sees neither, and no fleet changes
     assert stream(beta, start_beta) == []
+
+
+def test_the_stream_and_the_page_show_why_a_host_won(env: Env):
+    """A placement asked with why=true streams its compact why and a one-line summary; the
+    page's row for it opens to the breakdown (a placement not asked has neither)."""
+    admin = login(env, "admin")
+    start = cursor(admin)
+    asked = env.post(
+        "/v1/placements",
+        {"flavor": "c3.4xlarge.numa1", "seed": 7},
+        "alpha",
+        params={"why": "true", "why_top": 3},
+    ).json()
+    env.post("/v1/placements", {"flavor": "c3.large"}, "alpha")
+    explained, plain = [d for kind, d in stream(admin, start) if kind == "decision"]
+    assert plain["why"] is None
+    assert plain["why_line"] is None
+    [full] = asked["why"]
+    [inst] = explained["why"]["instances"]
+    assert inst["summary"] == full["summary"]
+    assert [c["host"] for c in inst["ranked"]] == [c["host"] for c in full["ranked"]]
+    line = explained["why_line"]
+    if full["decided_by"] is not None:
+        assert line.startswith(f"decided by {full['decided_by']}, margin {full['margin']:.6g}")
+    else:
+        assert full["draw"] in line or "tie" in line
+    page = admin.get("/dashboard/placements").text
+    row = page.split(f'data-id="{explained["id"]}"', 1)[1].split("</details>", 1)[0]
+    assert 'data-testid="why"' in row
+    assert f"<summary>why: {line}</summary>" in row
+    assert str(escape(full["summary"])) in row
+    for rank, cand in enumerate(full["ranked"], 1):
+        assert f'<td class="num">{rank}</td><td>{cand["host"]}</td>' in row
+        assert f'<td class="num">{cand["score"]:.6g}</td>' in row
+        for part in cand["parts"]:
+            assert f"<td>{part['weigher']}</td>" in row
+            assert f'<td class="num">{part["contribution"]:.6g}</td>' in row
+    plain_row = page.split(f'data-id="{plain["id"]}"', 1)[1].split("</tr>", 1)[0]
+    assert "why" not in plain_row
 
 
 def test_the_stream_resumes_from_last_event_id(env: Env):

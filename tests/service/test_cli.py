@@ -26,7 +26,7 @@ def test_db_and_admin_commands(tmp_path: Path):
     data = str(tmp_path / "d")
     result = runner.invoke(app, ["db", "upgrade", "--data-dir", data])
     assert result.exit_code == 0, result.output
-    assert "revision 0009" in result.output
+    assert "revision 0010" in result.output
     result = runner.invoke(app, ["db", "load-demo", "--data-dir", data])
     assert result.exit_code == 0, result.output
     assert "'hosts': 270" in result.output

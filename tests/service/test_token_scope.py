@@ -138,7 +138,7 @@ def _upgrade_from_0003(db_url: str) -> None:
             {"h": "0" * 64},
         )
     upgrade(engine)
-    assert current_revision(engine) == "0009"
+    assert current_revision(engine) == "0010"
     store = Store.open(db_url)
     (old,) = [t for t in store.list_tokens() if t.id == "t1"]
     assert old.expires_at is None

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from berth.core.why import Part, Scale, fold
+from berth.service.placing.why_record import STORED_INSTANCES
 from tests.service.conftest import Env
 
 
@@ -35,6 +36,80 @@ def test_placement_why_explains_each_instance_and_adds_up(env: Env) -> None:
         _fold(why)
     plain = env.post("/v1/placements", {"flavor": "c3.4xlarge.numa1"}, "alpha")
     assert "why" not in plain.json()  # not asked, not computed
+
+
+def assert_kept(kept: dict[str, Any], answer: list[dict[str, Any]]) -> None:
+    """The outcome row's compact why says what the answer's full why says, float for float,
+    and its stored numbers still fold back to each candidate's score."""
+    assert kept["instances_total"] == len(answer)
+    assert len(kept["instances"]) == min(len(answer), STORED_INSTANCES)
+    for inst, full in zip(kept["instances"], answer, strict=False):
+        assert kept["weighers"] == [sc["weigher"] for sc in full["scales"]]
+        assert kept["multipliers"] == [sc["multiplier"] for sc in full["scales"]]
+        assert inst["constant"] == [sc["constant"] for sc in full["scales"]]
+        assert (inst["id"], inst["host"]) == (full["instance_id"], full["ranked"][0]["host"])
+        for key in ("candidates", "draw", "tied", "seed", "margin", "decided_by", "needed"):
+            assert inst[key] == full[key], key
+        assert inst["summary"] == full["summary"]
+        if full["decided_by"] is not None:
+            assert inst["share"] == full["deltas"][full["decided_by"]]
+        scales = [Scale(**sc) for sc in full["scales"]]
+        for cand, whole in zip(inst["ranked"], full["ranked"], strict=True):
+            assert (cand["host"], cand["score"]) == (whole["host"], whole["score"])
+            assert cand["raw"] == [p["raw"] for p in whole["parts"]]
+            assert cand["norm"] == [p["normalised"] for p in whole["parts"]]
+            assert cand["part"] == [p["contribution"] for p in whole["parts"]]
+            parts = [
+                Part(w, r, n, m, c)
+                for w, r, n, m, c in zip(
+                    kept["weighers"],
+                    cand["raw"],
+                    cand["norm"],
+                    kept["multipliers"],
+                    cand["part"],
+                    strict=True,
+                )
+            ]
+            assert fold(parts, scales) == cand["score"]
+
+
+def test_an_explained_placement_keeps_its_why_in_the_outcome_log(env: Env) -> None:
+    """Asked: the answer's why, compacted, is in the outcome row; not asked: nothing is kept;
+    with `why_all` every placement's row keeps one (default top 3) and the answer has none."""
+    asked = env.post(
+        "/v1/placements",
+        {"flavor": "c3.4xlarge.numa1", "count": 2, "seed": 7},
+        "alpha",
+        params={"why": "true", "why_top": 4},
+    )
+    assert asked.status_code == 201, asked.text
+    [row] = env.store.recent_outcomes(1)
+    assert row.why is not None
+    assert row.why["top"] == 4
+    assert_kept(row.why, asked.json()["why"])
+    assert env.post("/v1/placements", {"flavor": "c3.large"}, "alpha").status_code == 201
+    assert env.store.recent_outcomes(1)[0].why is None
+    env.replica.config.why_all = True  # `berth serve --why-all`
+    try:
+        plain = env.post("/v1/placements", {"flavor": "c3.large", "seed": 3}, "alpha")
+    finally:
+        env.replica.config.why_all = False
+    assert plain.status_code == 201
+    assert "why" not in plain.json()
+    kept = env.store.recent_outcomes(1)[0].why
+    assert kept is not None
+    assert kept["top"] == 3
+    [inst] = kept["instances"]
+    assert inst["host"] == plain.json()["instances"][0]["host"]
+    assert len(inst["ranked"]) == 3
+    many = env.post(
+        "/v1/placements", {"flavor": "c3.large", "count": 12}, "alpha", params={"why": "true"}
+    )
+    assert many.status_code == 201, many.text
+    kept = env.store.recent_outcomes(1)[0].why
+    assert kept is not None
+    assert len(kept["instances"]) == STORED_INSTANCES
+    assert_kept(kept, many.json()["why"])
 
 
 def test_placement_why_top_is_checked(env: Env) -> None:

@@ -52,7 +52,7 @@ def loaded(store: Store, n: int = 4) -> None:
 
 def test_migrations_match_the_schema_and_are_idempotent(store):
     upgrade(store.engine)
-    assert current_revision(store.engine) == "0009"
+    assert current_revision(store.engine) == "0010"
     with store.engine.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), metadata) == []
 
@@ -146,7 +146,12 @@ def test_deployment_set_rules_are_reverified(store):
         store.delete_group("default", "web")
 
 
-def _two_host_claim(store: Store, gens: dict[str, int], network: str | None = None) -> None:
+def _two_host_claim(
+    store: Store,
+    gens: dict[str, int],
+    network: str | None = None,
+    outcome: Outcome | None = None,
+) -> None:
     """Two p4 instances of deployment set `web`, one on h-c1-0 and one on h-c1-1."""
     table = HostTable.from_fleet(small_fleet())
     types = table.device_types
@@ -163,7 +168,7 @@ def _two_host_claim(store: Store, gens: dict[str, int], network: str | None = No
         host_generations=gens,
         group_generations={"default/web": 0},
         capacities=caps,
-        outcome=Outcome("success", "placed", "p4", "default", 2, 1.0),
+        outcome=outcome or Outcome("success", "placed", "p4", "default", 2, 1.0),
     )
 
 
@@ -479,6 +484,38 @@ def test_tokens_are_stored_hashed(store):
         store.create_token("x", "tenant")
     with pytest.raises(InvalidReferenceError):
         store.create_token("x", "root")
+
+
+WHY = {
+    "top": 2,
+    "weighers": ["ram", "vcpu"],
+    "instances": [
+        {
+            "id": "w-0",
+            "draw": "best",
+            "margin": 0.10526315789473695,
+            "decided_by": "vcpu",
+            "ranked": [{"host": "h-c1-0", "score": 1.8157894736842106, "part": [-0.0, 1e-17]}],
+        }
+    ],
+}
+
+
+def test_outcome_why_is_stored_with_the_claim_or_left_null(store):
+    """A claim's outcome keeps its compact why (docs/why.md) exactly, floats and all; an
+    outcome without one keeps NULL."""
+    loaded(store)
+    _two_host_claim(
+        store,
+        {"h-c1-0": 0, "h-c1-1": 0},
+        outcome=Outcome("success", "placed", "p4", "default", 2, 1.0, "on-demand", "c1", WHY),
+    )
+    store.record_outcome(Outcome("failure", "no_valid_host", "p4", "default", 1, 1.0))
+    store.record_outcome(Outcome("success", "placed", "p4", "default", 1, 1.0, why=WHY))
+    rows = store.outcomes_after(0)
+    assert [r.why for r in rows] == [WHY, None, WHY]
+    assert [r.detail for r in rows] == ["c1", None, None]
+    assert [r.why for r in store.recent_outcomes(2)] == [None, WHY]
 
 
 def test_stats_by_day_and_reason(store):

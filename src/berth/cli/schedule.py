@@ -21,6 +21,7 @@ from berth.cli.names import BusinessChoice
 from berth.cli.tables import print_table
 
 if TYPE_CHECKING:  # the policy layer loads when a command runs: a fast --help
+    from berth.core.why import InstanceWhy
     from berth.policy.outcome import Failure, Placement
     from berth.policy.pipeline import PolicyEngine
 
@@ -37,6 +38,17 @@ TopologyOpt = Annotated[
 ]
 PolicyOpt = Annotated[
     Path | None, typer.Option("--policy", help="Policy file (YAML/JSON). Default: the demo.")
+]
+WhyOpt = Annotated[
+    bool,
+    typer.Option(
+        "--why",
+        help="Also say why each host won in its pool: every weigher's part of the winner's and "
+        "the next candidates' scores, the weigher that decided, and ties drawn by the seed.",
+    ),
+]
+TopOpt = Annotated[
+    int, typer.Option(min=2, max=50, help="Candidates shown per instance with --why.")
 ]
 
 
@@ -108,6 +120,15 @@ def _print_placement(engine: PolicyEngine, p: Placement, elapsed_ms: float) -> N
     print_table(out, ev)
 
 
+def _print_why(whys: list[InstanceWhy] | None) -> None:
+    if whys is None:
+        out.print("why: the least-damage eviction plan chose the hosts, not the weighers")
+        return
+    from berth.cli.why import print_why
+
+    print_why(out, whys)
+
+
 def _print_failure(f: Failure) -> None:
     err.print(
         f"[bold red]not placed[/] ({f.step}: {f.code}): {f.message}",
@@ -149,15 +170,20 @@ def schedule(
         float | None, typer.Option(help="Reference time (epoch s). Default: the topology's now.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    why: WhyOpt = False,
+    top: TopOpt = 3,
 ) -> None:
     """Place COUNT x FLAVOR in REGION for a business type: cluster, pool, variant, hosts and
-    evictions, or the explained failure (exit 1). Nothing is written back."""
+    evictions, or the explained failure (exit 1). Nothing is written back. With --why, each
+    instance's choice in its pool is explained (docs/why.md); not for a placement that evicts
+    (the least-damage plan chose its hosts)."""
     from pydantic import ValidationError
 
     from berth.core.errors import BerthError
     from berth.fleet.io import describe_validation_error
     from berth.policy.model import Business
     from berth.policy.outcome import Failure, Placement, ScheduleRequest
+    from berth.policy.placing import WhyRecorders
 
     try:
         engine, topo_now = load_engine(topology, policy)
@@ -172,17 +198,26 @@ def schedule(
             network=network,
             seed=seed,
         )
+        recorders = WhyRecorders(top) if why else None
         started = time.perf_counter()
-        outcome = engine.decide(request, _now(now, topo_now))
+        outcome = engine.decide(request, _now(now, topo_now), recorders)
         elapsed_ms = (time.perf_counter() - started) * 1e3
     except ValidationError as exc:
         _fail(describe_validation_error(exc))
     except BerthError as exc:
         _fail(str(exc))
+    whys = None
+    if recorders is not None and isinstance(outcome, Placement):
+        whys = recorders.explained(outcome)
     if as_json:
-        _emit({**outcome.to_dict(), "elapsed_ms": round(elapsed_ms, 3)})
+        body = {**outcome.to_dict(), "elapsed_ms": round(elapsed_ms, 3)}
+        if recorders is not None and isinstance(outcome, Placement):
+            body["why"] = None if whys is None else [w.to_dict() for w in whys]
+        _emit(body)
     elif isinstance(outcome, Placement):
         _print_placement(engine, outcome, elapsed_ms)
+        if recorders is not None:
+            _print_why(whys)
     else:
         _print_failure(outcome)
     if isinstance(outcome, Failure):

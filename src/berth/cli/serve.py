@@ -28,6 +28,22 @@ if TYPE_CHECKING:  # the service and store load only when `serve` runs (a fast `
 
 MAX_PORT = 65535
 
+WhyAllOpt = Annotated[
+    bool,
+    typer.Option(
+        "--why-all",
+        help="Record why this host with every placement's outcome, for the dashboard's "
+        "decision stream (docs/why.md).",
+    ),
+]
+PrintTokenOpt = Annotated[
+    bool,
+    typer.Option(
+        "--print-admin-token",
+        help="Print an admin token, kept in DATA_DIR/admin-token and reused at each start.",
+    ),
+]
+
 
 def serve(
     db: DbOpt = None,
@@ -86,13 +102,8 @@ def serve(
         float,
         typer.Option(min=0.0, help="Seconds a host report may be ahead of this clock (422)."),
     ] = 300.0,
-    print_admin_token: Annotated[
-        bool,
-        typer.Option(
-            "--print-admin-token",
-            help="Print an admin token, kept in DATA_DIR/admin-token and reused at each start.",
-        ),
-    ] = False,
+    why_all: WhyAllOpt = False,
+    print_admin_token: PrintTokenOpt = False,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
 ) -> None:
     """Run the Berth service (REST API on uvicorn)."""
@@ -124,6 +135,7 @@ def serve(
         replica_spread=replica_spread,
         max_body_bytes=max_body_bytes,
         max_clock_skew=max_clock_skew,
+        why_all=why_all,
     )
     loop = None if elastic is None else _elastic_factory(elastic, _url(host, port))
     app = _app(cfg, store, simulate_agents, loop, elastic_file)

@@ -37,7 +37,7 @@ from berth.policy.errors import MultiCloudInputError, PolicyConflictError
 from berth.policy.model import Business, ClusterSpec, Policy, TopologySpec
 from berth.policy.outcome import Committed, Eviction, Failure, Outcome, Placement, ScheduleRequest
 from berth.policy.outcome import failure as failure_at
-from berth.policy.placing import ClusterPlacer, Job
+from berth.policy.placing import ClusterPlacer, Job, WhyFactory
 from berth.policy.precheck import precheck, within_preemptible_limits
 from berth.policy.topology import Cluster, Topology
 
@@ -88,8 +88,11 @@ class PolicyEngine:
         return cluster
 
     # ------------------------------------------------------------------ deciding
-    def decide(self, request: ScheduleRequest, now: float) -> Outcome:
-        """Where the request goes, or why it cannot; no state changes."""
+    def decide(
+        self, request: ScheduleRequest, now: float, why: WhyFactory | None = None
+    ) -> Outcome:
+        """Where the request goes, or why it cannot; no state changes. `why` makes the hook of
+        each cluster's try (`berth.policy.placing.WhyFactory`, docs/why.md)."""
         topo = self.topology
         idcs = topo.idcs_of(request.region)
         base = self.catalogue.base(request.flavor)
@@ -120,7 +123,7 @@ class PolicyEngine:
 
         placer = ClusterPlacer(self.policy, self.catalogue, self.scheduler, self.counter, topo)
         with decision_group(topo, ds):
-            return placer.place(Job(request, ids, now, cands, ds), routes, rejections)
+            return placer.place(Job(request, ids, now, cands, ds, why), routes, rejections)
 
     def _ids(self, request: ScheduleRequest) -> tuple[str, ...]:
         if request.instance_ids is not None:

@@ -9,13 +9,15 @@ least-damage eviction plan is searched the same way (docs/policy.md, "The pipeli
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from berth.core.engine import Decision, FilterScheduler
+from berth.core.engine import Decision, FilterScheduler, WhyHook
 from berth.core.explain import Diagnosis, NoValidHost
 from berth.core.filters.rack_anti_affinity import RackAntiAffinityFilter, RackAntiAffinityParams
 from berth.core.request import RequestSpec
+from berth.core.why import InstanceWhy, WhyRecorder
 from berth.policy.capacity import CapacityCounter
 from berth.policy.catalogue import Candidate, Candidates, Catalogue
 from berth.policy.deployment_sets import one_per_place, used_racks
@@ -36,6 +38,35 @@ from berth.policy.topology import Cluster, DeploymentSet, Topology
 Sized = tuple[Cluster, str | None, int, int]
 """A route with the instances its pool can take and the pool's number of hosts."""
 
+WhyFactory = Callable[[FilterScheduler, RequestSpec], WhyHook]
+"""Given the scheduler and core request of one cluster's try, the `why` hook for its
+`select_destinations` (`berth.core.why.WhyRecorder`); the last one made explains the placement
+unless it evicts (docs/why.md)."""
+
+
+class WhyRecorders:
+    """A `WhyFactory` keeping one `core.why.WhyRecorder` per cluster tried (`top` candidates
+    per instance); `explained` picks the one that placed."""
+
+    def __init__(self, top: int) -> None:
+        self.top = top
+        self.made: list[WhyRecorder] = []
+
+    def __call__(self, scheduler: FilterScheduler, request: RequestSpec) -> WhyHook:
+        self.made.append(WhyRecorder(scheduler, request, self.top))
+        return self.made[-1]
+
+    def explained(self, placement: Placement) -> list[InstanceWhy] | None:
+        """The placement's instances explained: the last cluster tried is the one that placed;
+        None when a preemption plan chose the hosts (the least-damage plan, not the weighers)."""
+        if placement.plan is not None or not self.made:
+            return None
+        instances = self.made[-1].instances
+        chosen = [(s.instance_id, s.host) for s in placement.decision.selections]
+        if [(w.instance_id, w.hosts[0]) for w in instances] != chosen:  # pragma: no cover
+            return None
+        return instances
+
 
 @dataclass(frozen=True)
 class Job:
@@ -46,6 +77,8 @@ class Job:
     now: float
     cands: Candidates
     ds: DeploymentSet | None
+    why: WhyFactory | None = None
+    """Explain the placement's choice (None: nothing is recorded, nothing costs)."""
 
 
 @dataclass(frozen=True)
@@ -115,8 +148,9 @@ class ClusterPlacer:
         for cluster, net, total, pool_hosts in self._order(sized, job.request.count):
             sched = self._scheduler_for(cluster, cand, job.ds)
             core_request = _core_request(job, cand)
+            hook = None if job.why is None else job.why(sched, core_request)
             try:
-                decision = sched.select_destinations(cluster.table, core_request, job.now)
+                decision = sched.select_destinations(cluster.table, core_request, job.now, why=hook)
             except NoValidHost as exc:
                 attempts.append(
                     Attempt(

@@ -39,5 +39,8 @@ class ServiceConfig:
     cloud_build_timeout: float = 600.0
     """Seconds a server Berth booted may stay building before the boot counts as failed (the
     server deleted, the next alternate tried)."""
+    why_all: bool = False
+    """Record a compact why this host with every placement's outcome, asked or not
+    (`berth serve --why-all`; docs/why.md, "In the decision stream")."""
     max_clock_skew: float = 300.0
     """How far (s) a host report's timestamp may be ahead of this replica's clock (422 beyond)."""

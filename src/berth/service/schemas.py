@@ -371,6 +371,9 @@ class ScheduleOut(BaseModel):
     rejections: list[dict[str, Any]] = Field(default_factory=list)
     decision_ms: float = 0.0
     commit_attempts: int = 1
+    why: list[dict[str, Any]] | None = Field(
+        None, description="with ?why=true: why each instance went where it went (docs/why.md)"
+    )
 
 
 class EvictionIn(_In):

@@ -113,6 +113,7 @@ def _outcome_row(r: Any) -> OutcomeRow:
         float(r.latency_ms),
         r.business_type,
         r.detail,
+        r.why,
     )
 
 
@@ -132,7 +133,9 @@ def idempotency_values(d: Idempotent, now: float) -> dict[str, Any]:
 
 
 def outcome_values(o: Outcome, now: float) -> dict[str, Any]:
-    return {
+    """The row of an outcome; `why` only when there is one, so a decision without it writes
+    exactly the statement it wrote before the column existed."""
+    values = {
         "ts": now,
         "day": day_of(now),
         "outcome": o.outcome,
@@ -144,3 +147,6 @@ def outcome_values(o: Outcome, now: float) -> dict[str, Any]:
         "business_type": o.business_type,
         "detail": o.detail,
     }
+    if o.why is not None:
+        values["why"] = o.why
+    return values

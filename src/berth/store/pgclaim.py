@@ -64,6 +64,10 @@ _OUTCOME = (
     "INSERT INTO placement_outcomes (ts, day, outcome, reason, flavor, project, num_instances, "
     "latency_ms, business_type, detail) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
 )
+_OUTCOME_WHY = (  # with the compact why (docs/why.md): only when one was recorded
+    "INSERT INTO placement_outcomes (ts, day, outcome, reason, flavor, project, num_instances, "
+    "latency_ms, business_type, detail, why) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+)
 # payload "last id:replica", as `Database._append` sends
 _IDS_AND_NOTIFY = (
     " SELECT array_agg(id ORDER BY id), pg_notify(%s, max(id)::text || ':' || %s) FROM e"
@@ -250,7 +254,8 @@ def _writes(w: ClaimWrites) -> tuple[list[str], list[Any], str]:
         ]
     if w.outcome is not None:
         o = w.outcome
-        parts.append(f"o AS ({_OUTCOME})")
+        why = o.get("why")
+        parts.append(f"o AS ({_OUTCOME if why is None else _OUTCOME_WHY})")
         params += [
             o["ts"],
             o["day"],
@@ -263,6 +268,8 @@ def _writes(w: ClaimWrites) -> tuple[list[str], list[Any], str]:
             o["business_type"],
             o["detail"],
         ]
+        if why is not None:
+            params.append(Jsonb(why))
     if not w.events:
         return parts, params, " SELECT NULL"
     # a multi-row INSERT inserts its rows, and draws their ids, in VALUES order

@@ -209,6 +209,9 @@ class Outcome:
     detail: str | None = None
     """A success's chosen hosts ("cluster: host, host"), a failure's explanation ("0/N hosts
     fit: ..."): what the dashboard's decision stream shows (docs/dashboard.md)."""
+    why: dict[str, Any] | None = None
+    """A success's compact why this host (`berth.service.placing.why_record`), when it was
+    asked or the replica records it for every decision (docs/why.md)."""
 
 
 @dataclass(frozen=True)
@@ -225,6 +228,7 @@ class OutcomeRow:
     latency_ms: float
     business_type: str | None
     detail: str | None
+    why: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -260,6 +260,7 @@ placement_outcomes = Table(
     Column("latency_ms", Double, nullable=False),
     Column("business_type", String(32), nullable=True),
     Column("detail", Text, nullable=True),  # chosen hosts, or the failure's explanation
+    Column("why", Json, nullable=True),  # compact why this host (docs/why.md), when recorded
     Index("ix_placement_outcomes_day", "day"),
     sqlite_autoincrement=True,
 )

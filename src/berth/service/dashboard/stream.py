@@ -6,7 +6,8 @@ hosts fit: ...") is a row of `placement_outcomes`, written in the claim's own tr
 with the failure; each change to the fleet is an event of the append-only event log. The stream
 polls both from the store (any replica's decisions show, not only this one's) and sends:
 
-* `decision` (id `o:e`, so a reconnecting EventSource resumes with Last-Event-ID): one decision;
+* `decision` (id `o:e`, so a reconnecting EventSource resumes with Last-Event-ID): one decision,
+  with its compact why this host when one was recorded (`why`, `why_line`; docs/why.md);
 * `change` (fleet readers only): the event log moved to this id; pages refresh their figures.
 
 A tenant sees its own project's decisions only, and no `change` events. A stream closes after
@@ -25,6 +26,7 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
+from berth.core.why import DRAWS
 from berth.store.repo import OutcomeRow, Store
 
 POLL_S = 0.25
@@ -36,7 +38,26 @@ def decision(row: OutcomeRow) -> dict[str, Any]:
     """A decision as the page shows it (plain JSON data)."""
     d = asdict(row)
     d["count"] = d.pop("num_instances")
+    d["why_line"] = why_line(row.why)
     return d
+
+
+def why_line(why: dict[str, Any] | None) -> str | None:
+    """The one line a collapsed why shows: the first instance's deciding weigher and margin,
+    or its kind of draw (`placing.why_record`'s compact form; None without one)."""
+    if not why or not why.get("instances"):
+        return None
+    first = why["instances"][0]
+    if first.get("decided_by") is not None:
+        text = f"decided by {first['decided_by']}, margin {first['margin']:.6g}"
+        if first.get("needed") is False:
+            text += " (the winner leads without it too)"
+    elif first.get("draw") == "tie":
+        text = f"{first['tied']}-way tie for the best score, drawn with seed {first['seed']}"
+    else:
+        text = DRAWS.get(str(first.get("draw")), str(first.get("draw")))
+    total = int(why.get("instances_total", 1))
+    return text if total == 1 else f"{text} (instance 1 of {total})"
 
 
 def parse_cursor(text: str | None) -> tuple[int, int] | None:

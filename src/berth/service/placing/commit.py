@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from berth.service.placing.decider import Attempt, Decider, Plan, R
 from berth.service.placing.errors import ContentionError
+from berth.service.placing.why_record import compact
 from berth.service.replica import Replica
 from berth.store.errors import GenerationConflictError, PlanRejectedError, StoreError
 from berth.store.repo import Idempotent, NewInstance, Outcome
@@ -77,6 +78,7 @@ def commit_with_retries(
                         plan.count,
                         (time.perf_counter() - started) * 1e3,
                         *chosen(plan.instances),
+                        why=None if plan.why is None else compact(plan.why),
                     ),
                 )
             except (GenerationConflictError, PlanRejectedError) as exc:

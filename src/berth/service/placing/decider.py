@@ -7,9 +7,11 @@ store and retries, the same way for both.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from berth.core.why import InstanceWhy
 from berth.service.replica import Replica
 from berth.store.repo import CommitResult, HostCapacity, NewInstance
 
@@ -48,6 +50,9 @@ class Plan(Generic[R]):
     count: int
     evictions: tuple[str, ...] = ()
     preemptible_limit: tuple[str, int] | None = None
+    why: Sequence[InstanceWhy] | None = None
+    """The choice explained (asked, or `ServiceConfig.why_all`): its outcome row keeps it in
+    compact form (`placing.why_record`), built after the decision's lock is let go."""
 
     @property
     def touched(self) -> set[str]:

@@ -16,9 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from berth.core.why import DEFAULT_TOP, InstanceWhy
 from berth.policy.model import EVICTABLE, Business
 from berth.policy.outcome import Failure, Placement, ScheduleRequest
 from berth.policy.pipeline import PolicyEngine
+from berth.policy.placing import WhyRecorders
 from berth.service.placing.commit import commit_with_retries
 from berth.service.placing.decider import Attempt, Plan
 from berth.service.placing.errors import BadRequestError
@@ -51,6 +53,9 @@ class Scheduled:
     attempts: int
     decision_ms: float
     response: dict[str, Any] | None = None
+    why: list[InstanceWhy] | None = None
+    """Each instance explained (asked, or `ServiceConfig.why_all`); None when the placement
+    evicted (the least-damage plan chose the host, not the weighers)."""
 
 
 def schedule(
@@ -59,8 +64,11 @@ def schedule(
     *,
     idempotency: tuple[str, str, str] | None = None,
     response: Callable[[Scheduled], dict[str, Any]] | None = None,
+    why: int = 0,
 ) -> Scheduled:
-    """Decide with the policy engine on the replica's tables, commit through the store."""
+    """Decide with the policy engine on the replica's tables, commit through the store.
+    `why`: explain the choice with this many candidates per instance (0: only if the replica
+    records why for every decision, `ServiceConfig.why_all`)."""
     view = policy_view(replica)
     if view is None:
         raise BadRequestError("policy", "this replica runs without a policy (serve --policy)")
@@ -73,7 +81,7 @@ def schedule(
     request = request.model_copy(update={"deployment_set": key})
     return commit_with_retries(
         replica,
-        MultiCloudDecider(view.engine),
+        MultiCloudDecider(view.engine, why or (DEFAULT_TOP if replica.config.why_all else 0)),
         request,
         guard=view.lock,
         idempotency=idempotency,
@@ -85,13 +93,16 @@ def schedule(
 class MultiCloudDecider:
     """Chooses for `/v1/schedule` (a `berth.service.placing.decider.Decider`)."""
 
-    def __init__(self, engine: PolicyEngine) -> None:
+    def __init__(self, engine: PolicyEngine, why: int = 0) -> None:
         self.engine = engine
+        self.why = why
+        """Candidates to explain per instance (`core.why`; 0: nothing recorded)."""
 
     def decide(self, views: Replica, request: ScheduleRequest, attempt: Attempt) -> Plan[Scheduled]:
         """The engine's placement, or `PolicyFailureError` with its explained failure."""
+        recorders = WhyRecorders(self.why) if self.why else None
         t0 = time.perf_counter()
-        outcome = self.engine.decide(request, views.clock())
+        outcome = self.engine.decide(request, views.clock(), recorders)
         decision_ms = (time.perf_counter() - t0) * 1e3
         if isinstance(outcome, Failure):
             raise PolicyFailureError(outcome)
@@ -126,8 +137,9 @@ class MultiCloudDecider:
             )
             for h in touched
         }
+        why = None if recorders is None else recorders.explained(placement)
         done = Scheduled(
-            attempt.placement_id, placement, CommitResult(), attempt.number, decision_ms
+            attempt.placement_id, placement, CommitResult(), attempt.number, decision_ms, why=why
         )
         return Plan(
             done,
@@ -140,6 +152,7 @@ class MultiCloudDecider:
             request.count,
             evictions=tuple(placement.evictions),
             preemptible_limit=_limit(self.engine, placement, request),
+            why=why,
         )
 
 

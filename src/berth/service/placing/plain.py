@@ -20,7 +20,7 @@ from berth.core.engine import Decision
 from berth.core.errors import SpecError
 from berth.core.explain import NoValidHost
 from berth.core.request import ImageProps, RequestSpec
-from berth.core.why import WhyRecorder
+from berth.core.why import DEFAULT_TOP, InstanceWhy, WhyRecorder
 from berth.service.placing.commit import commit_with_retries
 from berth.service.placing.decider import Attempt, Plan
 from berth.service.placing.errors import BadRequestError, NoPlacementError
@@ -87,6 +87,8 @@ class Placed:
     attempts: int
     response: dict[str, Any] | None = None
     why: list[dict[str, Any]] | None = None
+    """With `PlaceArgs.why`: each instance's `core.why.InstanceWhy` as JSON data (None when
+    the placement evicted: the least-damage plan chose the host, not the weighers)."""
 
 
 @dataclass
@@ -96,9 +98,9 @@ class Choice:
     cluster: ClusterView
     decision: Decision
     evictions: tuple[str, ...] = ()
-    why: list[dict[str, Any]] | None = None
-    """With `PlaceArgs.why`: each instance's `core.why.InstanceWhy` as JSON data (None when
-    the placement evicted: the least-damage plan chose the host, not the weighers)."""
+    why: list[InstanceWhy] | None = None
+    """Each instance explained, when asked (`PlaceArgs.why`) or recorded for every decision
+    (`ServiceConfig.why_all`); None when the placement evicted."""
 
 
 def place(
@@ -182,7 +184,7 @@ class PlainDecider:
             CommitResult(),
             decision_ms,
             attempt.number,
-            why=choice.why,
+            why=None if not args.why or choice.why is None else [w.to_dict() for w in choice.why],
         )
         return Plan(
             placed,
@@ -194,7 +196,14 @@ class PlainDecider:
             args.project,
             args.count,
             evictions=choice.evictions,
+            why=choice.why,
         )
+
+
+def explain_top(views: Replica, asked: int) -> int:
+    """Candidates to explain per instance: as asked, else `DEFAULT_TOP` when the replica
+    records why for every decision (`ServiceConfig.why_all`), else 0 (nothing recorded)."""
+    return asked or (DEFAULT_TOP if views.config.why_all else 0)
 
 
 def choose(views: Replica, args: PlaceArgs, busy: frozenset[str] = frozenset()) -> Choice:
@@ -226,15 +235,16 @@ def choose(views: Replica, args: PlaceArgs, busy: frozenset[str] = frozenset()) 
     ids = tuple(f"i-{secrets.token_hex(8)}" for _ in range(args.count))
     diagnoses: dict[str, Any] = {}
     now = views.clock()
+    top = explain_top(views, args.why)
     for view in clusters:
         request = _cluster_request(view, args, ids, seed, busy)
         try:
-            if args.why:
-                recorder = WhyRecorder(views.scheduler, request, args.why)
+            if top:
+                recorder = WhyRecorder(views.scheduler, request, top)
                 decision = views.scheduler.select_destinations(
                     view.table, request, now, why=recorder
                 )
-                return Choice(view, decision, why=[w.to_dict() for w in recorder.instances])
+                return Choice(view, decision, why=recorder.instances)
             return Choice(view, views.scheduler.select_destinations(view.table, request, now))
         except NoValidHost as exc:
             diagnoses[view.name] = exc.diagnosis.to_dict()

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import time
-from typing import Any, NoReturn
+from typing import Annotated, Any, NoReturn
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 
 from berth.policy.errors import MultiCloudInputError
@@ -52,8 +52,10 @@ CAPACITY_STEPS = ("placement", "preemption", "deployment_set", "preemptible_limi
 
 
 def _schedule_out(
-    replica: Replica, req: s.ScheduleIn, project: str, done: Scheduled
+    replica: Replica, req: s.ScheduleIn, project: str, done: Scheduled, why: int = 0
 ) -> dict[str, Any]:
+    """The 201 body; with `why` (asked) it carries each instance's `core.why` answer, or
+    null when the placement evicted (the least-damage plan chose, not the weighers)."""
     pl = done.placement
     table = replica.clusters[pl.cluster].table
     info = pl.to_dict()
@@ -92,7 +94,10 @@ def _schedule_out(
         decision_ms=round(done.decision_ms, 3),
         commit_attempts=done.attempts,
     )
-    return out.model_dump(mode="json")
+    answer = out.model_dump(mode="json", exclude={"why"})
+    if why:
+        answer["why"] = None if done.why is None else [w.to_dict() for w in done.why]
+    return answer
 
 
 @router.post(
@@ -109,12 +114,24 @@ def schedule_request(
     metrics: MetricsDep,
     clouds: CloudsDep,
     idempotency_key: IdempotencyKey = None,
+    why: Annotated[
+        bool,
+        Query(
+            description="Also answer why each host won: every weigher's part of the scores "
+            "(docs/why.md)"
+        ),
+    ] = False,
+    why_top: Annotated[int, Query(ge=2, le=50, description="Candidates shown with `why`")] = 3,
 ) -> Any:
     """The multi-cloud pipeline (needs `berth serve --policy FILE`): pre-check per IDC and
     cluster, deployment set, flavor variants by business type and user, placement in a
     pool, preemption; then the same optimistic commit as /v1/placements. In a cluster Berth
     drives, the servers of evicted instances are deleted and each instance is booted on its
-    host, as /v1/placements does (alternates; 409 `boot_failed`: docs/openstack.md)."""
+    host, as /v1/placements does (alternates; 409 `boot_failed`: docs/openstack.md).
+
+    With `?why=true` the answer carries `why`, as /v1/placements does: per instance, the
+    winner's and the next candidates' scores weigher by weigher in the chosen pool, the
+    deciding weigher and ties (docs/why.md)."""
     deny_reader(p, "place instances")
     if policy_engine(replica) is None:
         raise policy_not_configured()
@@ -137,7 +154,9 @@ def schedule_request(
         idem, replayed = idempotent(store, p, idempotency_key, payload)
         if replayed is not None:
             return replayed
-        return _schedule(store, replica, metrics, clouds, body, request, idem, started)
+        return _schedule(
+            store, replica, metrics, clouds, body, request, idem, started, why_top if why else 0
+        )
 
 
 def _schedule(
@@ -149,13 +168,14 @@ def _schedule(
     request: ScheduleRequest,
     idem: Idempotency | None,
     started: float,
+    why: int = 0,
 ) -> Any:
-    """Run the pipeline and answer 201; a capacity failure (409) or contention while another
-    request with the same key committed answers with that request's placement
-    (docs/service.md, "Idempotency"). A request with a key that finds no room decides once
-    more if the log moved since (caught up first), as /v1/placements does: a replica that had
-    not yet heard of a release must not answer 409 while a twin on another replica takes the
-    freed slot."""
+    """Run the pipeline and answer 201 (`why`: candidates explained per instance, 0: not
+    asked); a capacity failure (409) or contention while another request with the same key
+    committed answers with that request's placement (docs/service.md, "Idempotency"). A
+    request with a key that finds no room decides once more if the log moved since (caught up
+    first), as /v1/placements does: a replica that had not yet heard of a release must not
+    answer 409 while a twin on another replica takes the freed slot."""
     project = request.project
     for last_try in (idem is None, True):
         seen = replica.last_event  # the log as far as the decision can have seen it
@@ -164,7 +184,8 @@ def _schedule(
                 replica,
                 request,
                 idempotency=idem,
-                response=lambda d: _schedule_out(replica, body, project, d),
+                response=lambda d: _schedule_out(replica, body, project, d, why),
+                why=why,
             )
             break
         except IdempotencyRaceError:
@@ -185,7 +206,7 @@ def _schedule(
             text = str(exc)
             where = text[2:].split(":", 1)[0] if text.startswith("--") else None
             raise ApiError(422, "invalid_input", text.removeprefix("--"), field=where) from None
-    answer = done.response or _schedule_out(replica, body, project, done)
+    answer = done.response or _schedule_out(replica, body, project, done, why)
     if clouds.drives(done.placement.cluster):
         try:
             answer = _boot(clouds, request, done, answer)

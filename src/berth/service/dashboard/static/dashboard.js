@@ -125,7 +125,10 @@ const berth = {
             td.appendChild(span);
           } else td.textContent = text;
           if (i === 5 || i === 7) td.className = "num";
-          if (i === 6) td.className = "detail";
+          if (i === 6) {
+            td.className = "detail";
+            if (d.why) td.appendChild(berth.whyDetails(d));
+          }
           tr.appendChild(td);
         });
         body.insertBefore(tr, body.firstChild);
@@ -135,6 +138,45 @@ const berth = {
         refreshStats();
       },
     });
+  },
+
+  // A decision's compact why (`placing.why_record`), as the `why_details` macro renders it.
+  whyDetails(d) {
+    const w = d.why;
+    const el = (tag, text, cls) => {
+      const e = document.createElement(tag);
+      if (text !== undefined && text !== null) e.textContent = text;
+      if (cls) e.className = cls;
+      return e;
+    };
+    const num = (x) => (x === null || x === undefined ? "" : String(Number(Number(x).toPrecision(6))));
+    const details = el("details", null, "why");
+    details.dataset.testid = "why";
+    details.appendChild(el("summary", `why: ${d.why_line || ""}`));
+    for (const inst of w.instances) {
+      details.appendChild(el("p", inst.summary, "small why-summary"));
+      const table = el("table", null, "why-table");
+      const head = el("tr");
+      [["rank", "num"], ["host"], ["weigher"], ["raw", "num"], ["norm", "num"], ["× mult", "num"], ["= part", "num"]]
+        .forEach(([text, cls]) => head.appendChild(el("th", text, cls)));
+      table.appendChild(el("thead")).appendChild(head);
+      const body = table.appendChild(el("tbody"));
+      inst.ranked.forEach((c, r) => {
+        const rows = w.weighers.map((name, i) => [name, num(c.raw[i]), num(c.norm[i]), num(w.multipliers[i]), num(c.part[i]), inst.constant[i] ? "const" : ""]);
+        rows.push(["score", "", "", "", num(c.score), "score"]);
+        rows.forEach(([name, raw, norm, mult, part, cls], i) => {
+          const tr = el("tr", null, `${cls}${i === 0 ? " first" : ""}`);
+          [[i === 0 ? String(r + 1) : "", "num"], [i === 0 ? c.host : ""], [name], [raw, "num"], [norm, "num"], [mult, "num"], [part, "num"]]
+            .forEach(([text, tdc]) => tr.appendChild(el("td", text, tdc)));
+          body.appendChild(tr);
+        });
+      });
+      details.appendChild(table);
+    }
+    if (w.instances_total > w.instances.length) {
+      details.appendChild(el("p", `the first ${w.instances.length} of ${w.instances_total} instances are kept`, "small"));
+    }
+    return details;
   },
 
   statsCharts(days) {
