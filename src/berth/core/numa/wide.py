@@ -15,12 +15,14 @@ Closed forms (docs/numa.md has the proofs), on every host at once:
   two-cell host): `vector`'s two-cell formulas on the first two cells.
 
 Otherwise (`needs_search`), the exact per-host search of `search`, row by row, memoised by
-each host's free state; FLEX on a host with more than two cells in use fits nowhere (no exact
-rule is known; the `numa_topology` filter refuses such hosts for FLEX flavors).
+each host's free state; FLEX on the other hosts, the exact search of `flex_wide` likewise
+(a FLEX guest whose `required` PCI devices must sit in its two cells fits there nowhere: the
+`numa_topology` filter refuses such hosts for it).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import combinations
 from typing import Any
 
@@ -29,6 +31,7 @@ import numpy.typing as npt
 
 from berth.core.demand import Demand
 from berth.core.flavors import NumaMode, PciPolicy
+from berth.core.numa.flex_wide import FlexSearch
 from berth.core.numa.rule import BIG as NO_LIMIT
 from berth.core.numa.search import Searcher
 from berth.core.resources import CELL_BASE
@@ -123,7 +126,7 @@ def _search_counts(d: Demand, cell_free: I64, rows: I64, limit: int | None) -> I
     search per distinct state; a fleet's hosts fall into few states for one flavor."""
     searcher = searcher_of(d)
     part = cell_free[rows][:, :, searcher.cols]
-    group, first = _canonical_groups(part, searcher)
+    group, first = _canonical_groups(part, searcher.smallest)
     counts = np.array(
         [searcher.count(searcher.canonical(part[r].tolist())) for r in first.tolist()],
         dtype=np.int64,
@@ -132,7 +135,33 @@ def _search_counts(d: Demand, cell_free: I64, rows: I64, limit: int | None) -> I
     return np.minimum(out, 1) if limit is not None and limit <= 1 else out
 
 
-def _canonical_groups(part: I64, searcher: Searcher) -> tuple[I64, I64]:
+def flex_search_of(d: Demand) -> FlexSearch:
+    """The FLEX flavor's exact search on hosts of more than two cells (kept on the demand)."""
+    found: FlexSearch | None = d.__dict__.get("_flex_search")
+    if found is None:
+        flex = d.rows.flex
+        found = FlexSearch([c for c, _, _ in flex], [t for _, t, _ in flex], [m for *_, m in flex])
+        object.__setattr__(d, "_flex_search", found)
+    return found
+
+
+def _flex_counts(d: Demand, cell_free: I64, rows: I64, limit: int | None) -> I64:
+    """FLEX on `rows` (hosts with a cell in use beyond the first two): `flex_wide`'s count per
+    distinct canonical state; 0 for a guest whose devices must sit in its cells."""
+    if local_pci(d):
+        return np.zeros(rows.size, dtype=np.int64)
+    search = flex_search_of(d)
+    part = cell_free[rows][:, :, search.cols]
+    group, first = _canonical_groups(part, search.smallest)
+    counts = np.array(
+        [search.count(search.canonical(part[r].tolist())) for r in first.tolist()],
+        dtype=np.int64,
+    )
+    out = counts[group]
+    return np.minimum(out, 1) if limit is not None and limit <= 1 else out
+
+
+def _canonical_groups(part: I64, smallest: Sequence[int]) -> tuple[I64, I64]:
     """(group of each host, one host of each group): hosts with equal canonical states (cells
     that can hold a guest cell, as a multiset) share a group. Each cell becomes one integer
     (its columns' ranks), unusable cells -1, sorted within the host."""
@@ -145,7 +174,7 @@ def _canonical_groups(part: I64, searcher: Searcher) -> tuple[I64, I64]:
     for i in range(width):  # each cell's columns packed into one integer
         key = key * int(span[i]) + (part[:, :, i] - low[i])
     usable = np.ones((n, cells), dtype=bool)
-    for i, least in enumerate(searcher.smallest):
+    for i, least in enumerate(smallest):
         if least > 0:
             usable &= part[:, :, i] >= least
     return _same_rows(np.sort(np.where(usable, key, -1), axis=1))
@@ -179,6 +208,11 @@ def cell_count(d: Demand, cell_free: I64, limit: int | None, two_cell: Any) -> I
             out = two_cell(d, cell_free[:, :2], limit)
         elif two.any():
             out[two] = two_cell(d, cell_free[two][:, :2], limit)
+    if mode == NumaMode.FLEX:
+        rows = np.flatnonzero(~narrow(cell_free))
+        if rows.size:
+            out[rows] = _flex_counts(d, cell_free, rows, limit)
+        return out
     search = needs_search(d, cell_free)
     if search.any():
         rows = np.flatnonzero(search)
@@ -266,6 +300,8 @@ def place(
     search = needs_search(d, cell_free)
     if search.any():
         _search_place(d, cell_free, distance, np.flatnonzero(search), cell_use)
+    if mode == NumaMode.FLEX:
+        _flex_place(d, cell_free, distance, np.flatnonzero(~narrow(cell_free)), cell_use)
     if not d.pci.any():
         return cell_use, host_use
     pci_rows = ~search if local_pci(d) else np.ones(n, dtype=bool)  # the search placed them
@@ -314,3 +350,19 @@ def _search_place(d: Demand, cell_free: I64, distance: I64 | None, rows: I64, ou
             out[r, h] += shape_rows[shape]
         for h, i, x in takes:
             out[r, h, searcher.cols[i]] += x
+
+
+def _flex_place(d: Demand, cell_free: I64, distance: I64 | None, rows: I64, out: I64) -> None:
+    """FLEX on hosts with a cell in use beyond the first two: `FlexSearch.place` row by row."""
+    if local_pci(d) or not rows.size:
+        return
+    search = flex_search_of(d)
+    for r in rows.tolist():
+        dist = distance[r].tolist() if distance is not None else None
+        got = search.place(cell_free[r].tolist(), dist)
+        if got is None:
+            continue
+        a, b, shares = got
+        for col, total, share in zip(search.cols, search.total.tolist(), shares, strict=True):
+            out[r, a, col] = share
+            out[r, b, col] = total - share
