@@ -121,11 +121,11 @@ def test_a_hub_and_small_cells():
 
 
 def test_a_refused_state_counts_zero_and_fits_nowhere():
-    """Beyond `FLEX_LIMIT`, a state no greedy fill certifies is refused (here 7 would fit:
+    """Beyond `FLEX_LIMIT`, a state no greedy fill certifies is refused (here 9 would fit:
     the cost of the bound); smaller, the same shape is counted exactly."""
     search = FlexSearch([0], [4], [1])
-    roomy = [[10], [10], [8]]
-    assert _brute(search, roomy) == 7 > FLEX_LIMIT
+    roomy = [[11], [11], [7], [7]]
+    assert _brute(search, roomy) == 9 > FLEX_LIMIT
     assert search.refused(search.canonical(roomy))
     assert search.count(search.canonical(roomy)) == 0
     assert search.place(roomy, None) is None

@@ -25,7 +25,8 @@ and each of the three drops by at least one with every placement of the flavor. 
   fixed order, each at least the previous), keeping ``F_r(X) - T_r e(X) - m_r cut(X)`` for
   every X in one numpy array, pruning a branch as soon as an entry is negative (the
   conditions only tighten as guests are added) or when `upper` of the residual cannot beat
-  the best found;
+  the best found; it stops at `_by_ends`, a tighter bound that is not known to drop with
+  each placement (so it never certifies);
 * otherwise refused (count 0, no fit), never approximated.
 
 The claim rule: on a certified state, the greedy's first guest (among cells of equal free
@@ -55,7 +56,7 @@ I64 = npt.NDArray[np.int64]
 State = tuple[tuple[int, ...], ...]
 Pairs = list[tuple[int, int]]
 
-FLEX_LIMIT = 6
+FLEX_LIMIT = 8
 """The most guests `upper` may allow for the search to count a state the greedy fill does not
 certify; beyond, the state is refused for the flavor (docs/numa.md measures the cost)."""
 
@@ -144,6 +145,34 @@ class FlexSearch:
         by_major = int((free // ((self.total + 1) // 2)).sum(axis=0).min())
         return max(min(by_ends, by_sum, by_major), 0)
 
+    def _by_ends(self, free: I64, top: int) -> int:
+        """A tighter bound for the search to stop at (not for certifying: it is not known to
+        drop with each placement): the largest t <= `top` such that, for every resource, the
+        2t ends placed where they hold the most (an end holds at most ``T_r - m_r``, a cell
+        ``min(F_c, its ends (T_r - m_r))``, at most ``min(u_c, t)`` ends a cell) hold
+        ``t T_r``. The ends of a cell add ever less, so placing them greedily is optimal."""
+        free = np.maximum(free, 0)
+        ends = (free // self.minimum).min(axis=1).tolist()
+        for t in range(top, 0, -1):
+            ok = True
+            pairs = zip(self.total.tolist(), self.minimum.tolist(), strict=True)
+            for r, (big, least) in enumerate(pairs):
+                cap = big - least
+                gains: list[int] = []
+                for c, u in enumerate(ends):
+                    have, f = 0, int(free[c, r])
+                    for k in range(1, min(u, t) + 1):
+                        now = min(f, k * cap)
+                        gains.append(now - have)
+                        have = now
+                gains.sort(reverse=True)
+                if sum(gains[: 2 * t]) < t * big:
+                    ok = False
+                    break
+            if ok:
+                return t
+        return 0
+
     def refused(self, state: State) -> bool:
         """Whether the state is refused (count 0 although `upper` is above `FLEX_LIMIT`)."""
         return len(state) > 2 and self._solve(state)[1] is REFUSED
@@ -168,7 +197,7 @@ class FlexSearch:
             elif top > FLEX_LIMIT:
                 found = (0, REFUSED)
             else:
-                best = self._largest(free, top, best)
+                best = self._largest(free, self._by_ends(free, top), best)
                 found = (len(best), best)
             if len(self.memo) >= MEMO_STATES:  # forgetting costs time, never exactness
                 self.memo.clear()
