@@ -148,17 +148,36 @@ def flex_search_of(d: Demand) -> FlexSearch:
 def _flex_counts(d: Demand, cell_free: I64, rows: I64, limit: int | None) -> I64:
     """FLEX on `rows` (hosts with a cell in use beyond the first two): `flex_wide`'s count per
     distinct canonical state; 0 for a guest whose devices must sit in its cells."""
+    out = np.zeros(rows.size, dtype=np.int64)
     if local_pci(d):
-        return np.zeros(rows.size, dtype=np.int64)
+        return out
     search = flex_search_of(d)
     part = cell_free[rows][:, :, search.cols]
+    some = np.flatnonzero(_flex_upper(part, search) > 0)  # `upper` 0: nothing fits, no search
+    if not some.size:
+        return out
+    part = part[some]
     group, first = _canonical_groups(part, search.smallest)
     counts = np.array(
         [search.count(search.canonical(part[r].tolist())) for r in first.tolist()],
         dtype=np.int64,
     )
-    out = counts[group]
+    out[some] = counts[group]
     return np.minimum(out, 1) if limit is not None and limit <= 1 else out
+
+
+def _flex_upper(part: I64, search: FlexSearch) -> I64:
+    """`FlexSearch.upper` of every host at once (part: (hosts, cells, the flavor's columns))."""
+    least, total = search.minimum, search.total
+    usable = np.asarray((part >= least).all(axis=2), dtype=bool)
+    free = np.where(usable[:, :, None], part, 0)
+    ends = (free // least).min(axis=2)
+    s = ends.sum(axis=1)
+    by_ends = np.minimum(s // 2, s - ends.max(axis=1, initial=0))
+    by_sum = (free.sum(axis=1) // total).min(axis=1)
+    by_major = (free // ((total + 1) // 2)).sum(axis=1).min(axis=1)
+    out: I64 = np.minimum(np.minimum(by_ends, by_sum), by_major)
+    return out
 
 
 def _canonical_groups(part: I64, smallest: Sequence[int]) -> tuple[I64, I64]:
