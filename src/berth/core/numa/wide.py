@@ -152,11 +152,11 @@ def _flex_counts(d: Demand, cell_free: I64, rows: I64, limit: int | None) -> I64
     if local_pci(d):
         return out
     search = flex_search_of(d)
-    part = cell_free[rows][:, :, search.cols]
-    some = np.flatnonzero(_flex_upper(part, search) > 0)  # `upper` 0: nothing fits, no search
+    columns = [cell_free[:, :, c].T[:, rows] for c in search.cols]  # (cells, hosts) each
+    some = np.flatnonzero(_flex_upper(columns, search) > 0)  # `upper` 0: nothing fits
     if not some.size:
         return out
-    part = part[some]
+    part = np.stack([c[:, some].T for c in columns], axis=2)  # (hosts, cells, columns)
     group, first = _canonical_groups(part, search.smallest)
     counts = np.array(
         [search.count(search.canonical(part[r].tolist())) for r in first.tolist()],
@@ -166,18 +166,24 @@ def _flex_counts(d: Demand, cell_free: I64, rows: I64, limit: int | None) -> I64
     return np.minimum(out, 1) if limit is not None and limit <= 1 else out
 
 
-def _flex_upper(part: I64, search: FlexSearch) -> I64:
-    """`FlexSearch.upper` of every host at once (part: (hosts, cells, the flavor's columns))."""
-    least, total = search.minimum, search.total
-    usable = np.asarray((part >= least).all(axis=2), dtype=bool)
-    free = np.where(usable[:, :, None], part, 0)
-    ends = (free // least).min(axis=2)
-    s = ends.sum(axis=1)
-    by_ends = np.minimum(s // 2, s - ends.max(axis=1, initial=0))
-    by_sum = (free.sum(axis=1) // total).min(axis=1)
-    by_major = (free // ((total + 1) // 2)).sum(axis=1).min(axis=1)
-    out: I64 = np.minimum(np.minimum(by_ends, by_sum), by_major)
-    return out
+def _flex_upper(columns: list[I64], search: FlexSearch) -> I64:
+    """`FlexSearch.upper` of every host at once (`columns`: the flavor's columns, each
+    (cells, hosts), so every reduction runs over whole rows of hosts)."""
+    usable = np.ones(columns[0].shape, dtype=bool)
+    for col, least in zip(columns, search.smallest, strict=True):
+        usable &= col >= least
+    ends = np.full(columns[0].shape, BIG, dtype=np.int64)
+    out = np.full(columns[0].shape[1], BIG, dtype=np.int64)
+    for col, least, total in zip(columns, search.smallest, search.total.tolist(), strict=True):
+        free = np.where(usable, col, 0)
+        np.minimum(ends, free // least, out=ends)
+        np.minimum(out, free.sum(axis=0) // total, out=out)  # the free sum
+        np.minimum(out, (free // ((total + 1) // 2)).sum(axis=0), out=out)  # the majors
+    ends = np.where(usable, ends, 0)
+    s = ends.sum(axis=0)
+    by_ends = np.minimum(s // 2, s - ends.max(axis=0, initial=0))
+    result: I64 = np.minimum(out, by_ends)
+    return result
 
 
 def _canonical_groups(part: I64, smallest: Sequence[int]) -> tuple[I64, I64]:
@@ -227,11 +233,11 @@ def cell_count(d: Demand, cell_free: I64, limit: int | None, two_cell: Any) -> I
             out = two_cell(d, cell_free[:, :2], limit)
         elif two.any():
             out[two] = two_cell(d, cell_free[two][:, :2], limit)
-    if mode == NumaMode.FLEX:
-        rows = np.flatnonzero(~narrow(cell_free))
-        if rows.size:
-            out[rows] = _flex_counts(d, cell_free, rows, limit)
-        return out
+        if mode == NumaMode.FLEX:
+            rows = np.flatnonzero(~two)
+            if rows.size:
+                out[rows] = _flex_counts(d, cell_free, rows, limit)
+            return out
     search = needs_search(d, cell_free)
     if search.any():
         rows = np.flatnonzero(search)
