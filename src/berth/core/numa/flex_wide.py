@@ -190,10 +190,15 @@ class FlexSearch:
         if found is None:
             free = np.array(state, dtype=np.int64)
             top = self._upper(free)
-            fills = [self.greedy(free, kind) for kind in GREEDY_KINDS]
-            best = max(fills, key=len)
+            best: Pairs = []
+            for kind in GREEDY_KINDS:  # the first that reaches the bound
+                fill = self.greedy(free, kind)
+                if len(fill) > len(best):
+                    best = fill
+                if len(fill) >= top:
+                    break
             if len(best) >= top:
-                found = (top, fills.index(best))
+                found = (top, kind)
             elif top > FLEX_LIMIT:
                 found = (0, REFUSED)
             else:
@@ -221,12 +226,10 @@ class FlexSearch:
             bound = min(self._upper(res[cells.single]), int((res[full] // total).min()))
             if len(path) + bound <= len(best):
                 return False
-            for i in range(first, len(cells.pairs)):
-                nxt = res - cells.delta[i]
-                if nxt.min() < 0:
-                    continue
-                path.append(i)
-                if dfs(nxt, i):
+            after = res[None] - cells.delta[first:]  # every next pair at once
+            for i in np.flatnonzero(after.min(axis=(1, 2)) >= 0).tolist():
+                path.append(first + i)
+                if dfs(after[i], first + i):
                     return True
                 path.pop()
             return False
