@@ -175,7 +175,9 @@ CASES = [
         10,
     ),
     (flavor("t", vcpus=4, mem=4096, pinned=True, numa=2, split="flexible"), 2, 4),
-    (flavor("t", vcpus=4, mem=4096, pinned=True, numa=2, split="flexible"), 8, 0),  # refused
+    (flavor("t", vcpus=4, mem=4096, pinned=True, numa=2, split="flexible"), 8, 16),  # 64 / 4
+    (flavor("t", vcpus=12, mem=4096, pinned=True, numa=2, split="flexible"), 8, 5),  # 64 / 12
+    (flavor("t", vcpus=12, mem=4096, pinned=True, numa=2, split="flexible"), 3, 2),  # 24 / 12
     (flavor("t", vcpus=4, mem=4096), 8, 8),  # floating: the host columns (32 vCPUs)
 ]
 

@@ -22,7 +22,7 @@ from berth.core.explain import NoValidHost
 from berth.core.filters.base import Context
 from berth.core.numa import vector
 from berth.core.request import RequestSpec
-from berth.core.resources import CELL_BASE, CELLS, HOST_RESOURCES
+from berth.core.resources import CELL_BASE
 from berth.core.table import Allocation, HostTable
 from berth.policy.restrict import only_hosts
 
@@ -113,6 +113,8 @@ class _Host:
 
     row: int
     name: str
+    cells: int  # the table's cell axis
+    width: int  # columns per cell
     victims: list[Allocation]
     use: F64  # (m, X): what each victim frees, cells then host columns, flattened
     idle_w: F64  # (m,): each victim's contribution to the idle measure
@@ -143,8 +145,6 @@ class EvictionSearch:
 
     # ------------------------------------------------------------------ one instance
     def one(self, table: HostTable, request: RequestSpec, source: Victims) -> Choice | None:
-        if table.cell_cap.shape[1] != CELLS:  # written for two-cell hosts (docs/numa.md)
-            return None
         d = table.demand(request.flavor)
         hosts = self._candidates(table, request, d, source)
         if not hosts:
@@ -210,7 +210,7 @@ class EvictionSearch:
         if not names:
             return []
         rows = np.array([table.index[h] for h in names], dtype=np.int64)
-        width = table.width
+        width, cells = table.width, table.cell_cap.shape[1]
         cf = vector.take(table.cell_free, rows).reshape(rows.size, -1).astype(np.float64)
         hf = vector.take(table.host_free, rows).astype(np.float64)
         base = np.concatenate([cf, hf], axis=1)  # (H, X)
@@ -226,9 +226,9 @@ class EvictionSearch:
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
         freed = np.add.reduceat(every, starts, axis=0)
         uses = [every[a : a + m] for a, m in zip(starts, sizes, strict=True)]
-        fits_all = self._fits(d, base + freed, width)
+        fits_all = self._fits(d, base + freed, cells, width)
         weights, need_idle = _idle_weights(table, d, rows)
-        bounds = _lower_bounds(base, every, sizes, starts, _need(d, width), width)
+        bounds = _lower_bounds(base, every, sizes, starts, _need(d, cells, width), cells, width)
         out: list[_Host] = []
         for i in np.flatnonzero(fits_all):
             name = names[i]
@@ -239,6 +239,8 @@ class EvictionSearch:
                 _Host(
                     row=int(rows[i]),
                     name=name,
+                    cells=cells,
+                    width=width,
                     victims=victims,
                     use=use,
                     idle_w=use @ weights[i],
@@ -251,12 +253,13 @@ class EvictionSearch:
         return out
 
     @staticmethod
-    def _fits(d: Demand, states: F64, width: int) -> npt.NDArray[np.bool_]:
-        """Rows of flat (cells, host) free vectors where one more instance fits."""
+    def _fits(d: Demand, states: F64, cells: int, width: int) -> npt.NDArray[np.bool_]:
+        """Rows of flat (cells, host) free vectors where one more instance fits (`cells`: the
+        table's cell axis, two or as wide as its widest host)."""
         n = states.shape[0]
-        cells = np.rint(states[:, : CELLS * width]).astype(np.int64).reshape(n, CELLS, width)
-        host = np.rint(states[:, CELLS * width :]).astype(np.int64)
-        return vector.count(d, cells, host, limit=1) >= 1
+        cell = np.rint(states[:, : cells * width]).astype(np.int64).reshape(n, cells, width)
+        host = np.rint(states[:, cells * width :]).astype(np.int64)
+        return vector.count(d, cell, host, limit=1) >= 1
 
     def _exact_at(
         self, d: Demand, hosts: list[_Host], k: int
@@ -272,7 +275,7 @@ class EvictionSearch:
             for start in range(0, subsets.shape[0], step):
                 chunk = subsets[start : start + step]
                 states = h.base[None, :] + chunk @ h.use
-                ok = np.flatnonzero(self._fits(d, states, _width_of(h)))
+                ok = np.flatnonzero(self._fits(d, states, h.cells, h.width))
                 if ok.size == 0:
                     continue
                 idle = np.round(h.base_idle + chunk[ok] @ h.idle_w, 9)
@@ -286,30 +289,32 @@ class EvictionSearch:
     def _heuristic(self, d: Demand, h: _Host) -> tuple[tuple[int, ...], float, float] | None:
         """Multi-start greedy, prune, then improve by exchanges (bounded).
 
-        Starts: victims by how much of the deficit they cover (largest first); those of NUMA
-        cell 0 first, of cell 1 first (a one-cell guest needs one cell freed); smallest first.
+        Starts: victims by how much of the deficit they cover (largest first); those of each
+        NUMA cell first, one start per cell (a one-cell guest needs one cell freed); smallest
+        first.
         Each start adds victims in its order until the instance fits, then every start is
         improved by removals and 1-for-1 / 2-for-1 exchanges while the measure improves.
         """
-        width = _width_of(h)
+        width, n_cells = h.width, h.cells
         m = len(h.victims)
-        deficit = np.maximum(_summed(_need(d, width), width) - _summed(h.base, width), 0.0)
-        per = _summed(h.use, width)  # (m, R)
+        need = _summed(_need(d, n_cells, width), n_cells, width)
+        deficit = np.maximum(need - _summed(h.base, n_cells, width), 0.0)
+        per = _summed(h.use, n_cells, width)  # (m, R)
         cover = (np.minimum(per, deficit) / np.maximum(deficit, 1.0)).sum(axis=1)
-        cells = h.use[:, : CELLS * width].reshape(m, CELLS, width).sum(axis=2)  # (m, cells)
+        cells = h.use[:, : n_cells * width].reshape(m, n_cells, width).sum(axis=2)  # (m, cells)
 
         def cell_first(c: int) -> list[int]:
             return sorted(range(m), key=lambda j: (-cells[j, c], -cover[j], h.lost[j], j))
 
         orders = [
             sorted(range(m), key=lambda j: (-cover[j], h.idle_w[j], h.lost[j], j)),
-            *(cell_first(c) for c in range(CELLS)),
+            *(cell_first(c) for c in range(n_cells) if c < 2 or cells[:, c].any()),
             sorted(range(m), key=lambda j: (h.idle_w[j], h.lost[j], j)),
         ]
         starts: list[frozenset[int]] = []
         for order in orders:
             prefix = np.cumsum(h.use[order], axis=0) + h.base
-            ok = np.flatnonzero(self._fits(d, prefix, width))
+            ok = np.flatnonzero(self._fits(d, prefix, n_cells, width))
             if ok.size:
                 starts.append(frozenset(order[: int(ok[0]) + 1]))
         if not starts:
@@ -329,7 +334,8 @@ class EvictionSearch:
             mat = np.zeros((len(sets), m))
             for r, s in enumerate(sets):
                 mat[r, list(s)] = 1.0
-            return [bool(x) for x in self._fits(d, h.base[None, :] + mat @ h.use, width)]
+            states = h.base[None, :] + mat @ h.use
+            return [bool(x) for x in self._fits(d, states, n_cells, width)]
 
         def improve(current: frozenset[int]) -> frozenset[int]:
             for _ in range(max(1, self.rounds)):
@@ -370,40 +376,38 @@ class EvictionSearch:
             return None
 
 
-def _width_of(h: _Host) -> int:
-    return (h.base.size - HOST_RESOURCES) // CELLS
-
-
-def _need(d: Demand, width: int) -> F64:
+def _need(d: Demand, cells: int, width: int) -> F64:
     """What one instance takes, as a flat (cells, host) vector with the cell part in cell 0.
 
     Only sums over cells are meaningful (the lower bound and the heuristic's deficit use it
     through `_summed`).
     """
-    cell = np.zeros((CELLS, width), dtype=np.float64)
+    cell = np.zeros((cells, width), dtype=np.float64)
     cell[0] = d.total
     cell[0, CELL_BASE:] += d.pci
     return np.concatenate([cell.reshape(-1), d.host.astype(np.float64)])
 
 
-def _summed(vec: F64, width: int) -> F64:
+def _summed(vec: F64, cells: int, width: int) -> F64:
     """Flat (cells, host) vectors -> per resource totals (cells summed) + host columns."""
     lead = vec.shape[:-1]
-    cells = vec[..., : CELLS * width].reshape(*lead, CELLS, width).sum(axis=-2)
-    return np.concatenate([cells, vec[..., CELLS * width :]], axis=-1)
+    per = vec[..., : cells * width].reshape(*lead, cells, width).sum(axis=-2)
+    return np.concatenate([per, vec[..., cells * width :]], axis=-1)
 
 
-def _lower_bounds(base: F64, every: F64, sizes: I64, starts: I64, need: F64, width: int) -> I64:
+def _lower_bounds(
+    base: F64, every: F64, sizes: I64, starts: I64, need: F64, cells: int, width: int
+) -> I64:
     """Per host, victims needed at least: for each resource, the largest victims first must
     cover the deficit (cells summed). Vectorised over hosts with victims padded to the most."""
     hosts, most = len(sizes), int(sizes.max(initial=0))
-    per = _summed(every, width)  # (victims, R)
+    per = _summed(every, cells, width)  # (victims, R)
     padded = np.zeros((hosts, max(most, 1), per.shape[1]))
     owner = np.repeat(np.arange(hosts), sizes)
     slot = np.arange(per.shape[0]) - np.repeat(starts, sizes)
     padded[owner, slot] = per
     cum = np.cumsum(-np.sort(-padded, axis=1), axis=1)  # largest first
-    deficit = _summed(need, width)[None, :] - _summed(base, width)  # (H, R)
+    deficit = _summed(need, cells, width)[None, :] - _summed(base, cells, width)  # (H, R)
     reach = cum >= deficit[:, None, :]
     first = np.where(reach.any(axis=1), reach.argmax(axis=1) + 1, most + 1)  # (H, R)
     bound = np.where(deficit > 0, first, 0).max(axis=1, initial=0)
@@ -414,7 +418,7 @@ def _idle_weights(table: HostTable, d: Demand, rows: I64) -> tuple[F64, F64]:
     """Per host, the weights turning a flat free vector into the idle measure, and the
     measure's value for the request's own demand (subtracted: idle is measured after placing).
     """
-    width = table.width
+    width, cells = table.width, table.cell_cap.shape[1]
     cell_cap = vector.take(table.cell_cap, rows).astype(np.float64).sum(axis=1)  # (H, w)
     host_cap = vector.take(table.host_cap, rows).astype(np.float64)  # (H, HR)
     need_cells = d.total.astype(np.float64).copy()
@@ -424,8 +428,8 @@ def _idle_weights(table: HostTable, d: Demand, rows: I64) -> tuple[F64, F64]:
     )
     host_w = np.where((d.host > 0)[None, :] & (host_cap > 0), 1.0 / np.maximum(host_cap, 1.0), 0.0)
     weights = np.concatenate(
-        [np.repeat(cell_w[:, None, :], CELLS, axis=1).reshape(len(rows), -1), host_w], axis=1
+        [np.repeat(cell_w[:, None, :], cells, axis=1).reshape(len(rows), -1), host_w], axis=1
     )
     need_idle = cell_w @ need_cells + host_w @ d.host.astype(np.float64)
-    assert weights.shape[1] == CELLS * width + host_cap.shape[1]
+    assert weights.shape[1] == cells * width + host_cap.shape[1]
     return weights, need_idle

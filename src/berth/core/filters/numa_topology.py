@@ -1,9 +1,9 @@
 """The guest's NUMA topology fits the host's cells (NUMATopologyFilter, done exactly).
 
 Checks pinned/shared CPUs, small-page or huge-page memory and cell-local PCI devices per cell,
-for one guest cell, k even cells, k stated uneven cells, or Berth's flexible split (on hosts of
-at most two cells). Host-wide
-columns (RAM, vCPU, disk, PCI totals) belong to their own filters.
+for one guest cell, k even cells, k stated uneven cells, or Berth's flexible split (a flexible
+split whose `required` PCI devices must sit in its two cells: on hosts of at most two cells).
+Host-wide columns (RAM, vCPU, disk, PCI totals) belong to their own filters.
 """
 
 from __future__ import annotations
@@ -15,13 +15,20 @@ import numpy as np
 from berth.core.demand import Demand
 from berth.core.filters.base import Context, HostFilter, Mask, Rejection, Workload
 from berth.core.flavors import NumaMode
-from berth.core.numa import vector
+from berth.core.numa import vector, wide
 from berth.core.resources import CELL_BASE, cell_resource_name
 
 
 def page_size_ok(ctx: Context) -> Mask:
     """Hosts whose huge-page size suits the flavor (and divides each guest cell's memory)."""
     return ctx.table.page_size_ok(ctx.demand.spec)
+
+
+def _flex_local(ctx: Context) -> bool:
+    """A flexible split whose devices must sit in its own two cells, on a table wider than two
+    cells: refused on hosts of more than two (docs/numa.md, "FLEX on more than two cells")."""
+    d = ctx.demand
+    return d.mode == NumaMode.FLEX and ctx.table.cell_cap.shape[1] > 2 and wide.local_pci(d)
 
 
 def _only(d: Demand, columns: list[int]) -> Demand:
@@ -46,7 +53,7 @@ class NumaTopologyFilter(HostFilter):
         return None
 
     def static_part(self, ctx: Context) -> Mask | None:
-        if ctx.demand.mode == NumaMode.FLEX and ctx.table.cell_cap.shape[1] > 2:
+        if _flex_local(ctx):
             return page_size_ok(ctx) & (ctx.table.n_cells <= 2)
         return page_size_ok(ctx)
 
@@ -55,7 +62,7 @@ class NumaTopologyFilter(HostFilter):
         if d.mode == NumaMode.NONE:
             return ctx.table.everyone()
         fit = ctx.table.cells_fit(d.spec.name)
-        if d.mode == NumaMode.FLEX and ctx.table.cell_cap.shape[1] > 2:
+        if _flex_local(ctx):
             fit = fit & (ctx.table.n_cells <= 2)
         if not d.spec.hugepages:  # small pages suit every host
             return fit
@@ -76,11 +83,14 @@ class NumaTopologyFilter(HostFilter):
             )
             out.append((Rejection("numa_cells", why), few))
             left &= ~few
-        if d.mode == NumaMode.FLEX:
-            wide = left & (ctx.table.n_cells > 2)
-            why = "a flexible split is placed on hosts of at most two NUMA cells (docs/numa.md)"
-            out.append((Rejection("numa_flex_cells", why), wide))
-            left &= ~wide
+        if _flex_local(ctx):
+            many = left & (ctx.table.n_cells > 2)
+            why = (
+                "a flexible split with required PCI devices is placed on hosts of at most two "
+                "NUMA cells (docs/numa.md)"
+            )
+            out.append((Rejection("numa_flex_cells", why), many))
+            left &= ~many
         if spec.hugepages:
             bad = left & ~page_size_ok(ctx)
             size = "any" if spec.page_size_kb < 0 else f"{spec.page_size_kb} KB"

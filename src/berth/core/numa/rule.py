@@ -33,7 +33,11 @@ cell on a different host cell):
 * FIXED (and EVEN or FIXED with `required` devices on more cells than the guest takes): the
   closest placement (same distance order) among those that keep count - 1, found by the exact
   search; a FIXED state too large to sweep is refused (count 0, `search.too_large`).
-* FLEX: only on hosts of at most two cells (the filter refuses the others).
+* FLEX (`flex_wide`): two cells of the host for every resource; on a state a greedy fill
+  certifies, that fill's first guest; otherwise, of a largest set of guests the search finds,
+  the one on the closest pair, each resource split as evenly as the others allow; a state
+  beyond the search's bound is refused (count 0). A FLEX guest whose `required` devices must
+  sit in its cells: only on hosts of at most two cells (the filter refuses the others).
 * PCI (host-level devices): the guest's own cells first, then the others, each group the cell
   with more free devices first (lowest on a tie); for two cells this is the clause above.
 

@@ -15,8 +15,9 @@ Closed forms (docs/numa.md has the proofs), on every host at once:
   two-cell host): `vector`'s two-cell formulas on the first two cells.
 
 Otherwise (`needs_search`), the exact per-host search of `search`, row by row, memoised by
-each host's free state; FLEX on a host with more than two cells in use fits nowhere (no exact
-rule is known; the `numa_topology` filter refuses such hosts for FLEX flavors).
+each host's free state; FLEX on the other hosts, the exact search of `flex_wide` likewise
+(a FLEX guest whose `required` PCI devices must sit in its two cells fits there nowhere: the
+`numa_topology` filter refuses such hosts for it).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import numpy.typing as npt
 
 from berth.core.demand import Demand
 from berth.core.flavors import NumaMode, PciPolicy
+from berth.core.numa.flex_wide import FlexSearch
 from berth.core.numa.rule import BIG as NO_LIMIT
 from berth.core.numa.search import Searcher
 from berth.core.resources import CELL_BASE
@@ -124,7 +126,7 @@ def _search_counts(d: Demand, cell_free: I64, rows: I64, limit: int | None) -> I
     search per distinct state; a fleet's hosts fall into few states for one flavor."""
     searcher = searcher_of(d)
     part = cell_free[rows][:, :, searcher.cols]
-    group, first = _canonical_groups(part, searcher)
+    group, first = _canonical_groups(part, searcher.smallest)
     counts = np.array(
         [searcher.count(searcher.canonical(part[r].tolist())) for r in first.tolist()],
         dtype=np.int64,
@@ -133,7 +135,58 @@ def _search_counts(d: Demand, cell_free: I64, rows: I64, limit: int | None) -> I
     return np.minimum(out, 1) if limit is not None and limit <= 1 else out
 
 
-def _canonical_groups(part: I64, searcher: Searcher) -> tuple[I64, I64]:
+def flex_search_of(d: Demand) -> FlexSearch:
+    """The FLEX flavor's exact search on hosts of more than two cells (kept on the demand)."""
+    found: FlexSearch | None = d.__dict__.get("_flex_search")
+    if found is None:
+        flex = d.rows.flex
+        found = FlexSearch([c for c, _, _ in flex], [t for _, t, _ in flex], [m for *_, m in flex])
+        object.__setattr__(d, "_flex_search", found)
+    return found
+
+
+def _flex_counts(d: Demand, cell_free: I64, rows: I64, limit: int | None) -> I64:
+    """FLEX on `rows` (hosts with a cell in use beyond the first two): `flex_wide`'s count per
+    distinct canonical state; 0 for a guest whose devices must sit in its cells."""
+    out = np.zeros(rows.size, dtype=np.int64)
+    if local_pci(d):
+        return out
+    search = flex_search_of(d)
+    columns = [cell_free[:, :, c].T[:, rows] for c in search.cols]  # (cells, hosts) each
+    some = np.flatnonzero(_flex_upper(columns, search) > 0)  # `upper` 0: nothing fits
+    if not some.size:
+        return out
+    part = np.stack([c[:, some].T for c in columns], axis=2)  # (hosts, cells, columns)
+    group, first = _canonical_groups(part, search.smallest)
+    counts = np.array(
+        [search.count(search.canonical(part[r].tolist())) for r in first.tolist()],
+        dtype=np.int64,
+    )
+    out[some] = counts[group]
+    return np.minimum(out, 1) if limit is not None and limit <= 1 else out
+
+
+def _flex_upper(columns: list[I64], search: FlexSearch) -> I64:
+    """`FlexSearch.upper` of every host at once (`columns`: the flavor's columns, each
+    (cells, hosts), so every reduction runs over whole rows of hosts)."""
+    usable = np.ones(columns[0].shape, dtype=bool)
+    for col, least in zip(columns, search.smallest, strict=True):
+        usable &= col >= least
+    ends = np.full(columns[0].shape, BIG, dtype=np.int64)
+    out = np.full(columns[0].shape[1], BIG, dtype=np.int64)
+    for col, least, total in zip(columns, search.smallest, search.total.tolist(), strict=True):
+        free = np.where(usable, col, 0)
+        np.minimum(ends, free // least, out=ends)
+        np.minimum(out, free.sum(axis=0) // total, out=out)  # the free sum
+        np.minimum(out, (free // ((total + 1) // 2)).sum(axis=0), out=out)  # the majors
+    ends = np.where(usable, ends, 0)
+    s = ends.sum(axis=0)
+    by_ends = np.minimum(s // 2, s - ends.max(axis=0, initial=0))
+    result: I64 = np.minimum(out, by_ends)
+    return result
+
+
+def _canonical_groups(part: I64, smallest: Sequence[int]) -> tuple[I64, I64]:
     """(group of each host, one host of each group): hosts with equal canonical states (cells
     that can hold a guest cell, as a multiset) share a group. Each cell becomes one integer
     (its columns' ranks), unusable cells -1, sorted within the host."""
@@ -146,7 +199,7 @@ def _canonical_groups(part: I64, searcher: Searcher) -> tuple[I64, I64]:
     for i in range(width):  # each cell's columns packed into one integer
         key = key * int(span[i]) + (part[:, :, i] - low[i])
     usable = np.ones((n, cells), dtype=bool)
-    for i, least in enumerate(searcher.smallest):
+    for i, least in enumerate(smallest):
         if least > 0:
             usable &= part[:, :, i] >= least
     return _same_rows(np.sort(np.where(usable, key, -1), axis=1))
@@ -180,6 +233,11 @@ def cell_count(d: Demand, cell_free: I64, limit: int | None, two_cell: Any) -> I
             out = two_cell(d, cell_free[:, :2], limit)
         elif two.any():
             out[two] = two_cell(d, cell_free[two][:, :2], limit)
+        if mode == NumaMode.FLEX:
+            rows = np.flatnonzero(~two)
+            if rows.size:
+                out[rows] = _flex_counts(d, cell_free, rows, limit)
+            return out
     search = needs_search(d, cell_free)
     if search.any():
         rows = np.flatnonzero(search)
@@ -286,6 +344,8 @@ def place(
     search = needs_search(d, cell_free)
     if search.any():
         _search_place(d, cell_free, distance, np.flatnonzero(search), cell_use)
+    if mode == NumaMode.FLEX:
+        _flex_place(d, cell_free, distance, np.flatnonzero(~narrow(cell_free)), cell_use)
     if not d.pci.any():
         return cell_use, host_use
     pci_rows = ~search if local_pci(d) else np.ones(n, dtype=bool)  # the search placed them
@@ -334,3 +394,19 @@ def _search_place(d: Demand, cell_free: I64, distance: I64 | None, rows: I64, ou
             out[r, h] += shape_rows[shape]
         for h, i, x in takes:
             out[r, h, searcher.cols[i]] += x
+
+
+def _flex_place(d: Demand, cell_free: I64, distance: I64 | None, rows: I64, out: I64) -> None:
+    """FLEX on hosts with a cell in use beyond the first two: `FlexSearch.place` row by row."""
+    if local_pci(d) or not rows.size:
+        return
+    search = flex_search_of(d)
+    for r in rows.tolist():
+        dist = distance[r].tolist() if distance is not None else None
+        got = search.place(cell_free[r].tolist(), dist)
+        if got is None:
+            continue
+        a, b, shares = got
+        for col, total, share in zip(search.cols, search.total.tolist(), shares, strict=True):
+            out[r, a, col] = share
+            out[r, b, col] = total - share
