@@ -46,12 +46,15 @@ lint: $(DEV_STAMP)
 typecheck: $(DEV_STAMP)
 	$(BIN)/mypy
 
-# The tests run in parallel, one pytest-xdist worker per CPU (TEST_WORKERS=0: in this process).
-# The slow end-to-end ones are collected first (tests/conftest.py) and handed out one at a time
-# (--maxschedchunk 1): the longest start at once on every worker, and no worker is left alone
-# with one at the end (xdist's default chunks gave them all to the first worker).
-TEST_WORKERS ?= auto
-PYTEST := $(BIN)/pytest -q -n $(TEST_WORKERS) --maxschedchunk 1
+# The tests run in parallel on pytest-xdist workers, two more than CPUs (TEST_WORKERS=0: in this
+# process): the slow end-to-end tests spend much of their time waiting on subprocesses, servers
+# and real clouds, and the extra workers fill that time (docs/testing.md has the measurements).
+# `--dist loadgroup` gives each group of tests that share a worker's service or the OpenStack
+# lock to one worker (tests/conftest.py), largest first, then hands out the other tests one at a
+# time in collection order, the slow ones first, so that no worker is left alone with a long one
+# at the end.
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 2 )))
+PYTEST := $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 unit: $(DEV_STAMP) $(NPM_STAMP) postgres batch nova chromium
 	$(PYTEST)

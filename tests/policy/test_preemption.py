@@ -54,15 +54,20 @@ def brute_force(
     preemptible: set[str],
     created: dict[str, float],
 ) -> tuple[int, float, float] | None:
-    """The least (victims, idle, lost) over every host and every subset of its victims."""
+    """The least (victims, idle, lost) over every host and every subset of its victims.
+
+    Subsets are tried by size, every host's at each size: once some size fits, no larger subset
+    can be less (the size is the key's first term), so the search stops there."""
     best: tuple[int, float, float] | None = None
     by_host: dict[str, list[str]] = {}
     for a in t.allocations.values():
         if a.instance_id in preemptible:
             by_host.setdefault(a.host, []).append(a.instance_id)
-    for name, ids in by_host.items():
-        row = t.index[name]
-        for k in range(1, len(ids) + 1):
+    for k in range(1, max(map(len, by_host.values()), default=0) + 1):
+        if best is not None:
+            return best
+        for name, ids in by_host.items():
+            row = t.index[name]
             for subset in combinations(ids, k):
                 trial = t.copy()
                 for iid in subset:

@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from fastapi.routing import iter_route_contexts
 
 from berth.core import jit
 from berth.service.auth import Authenticator
@@ -50,6 +49,7 @@ from berth.service.routes import (
     topology,
     why_not,
 )
+from berth.service.shared_routes import include_routers
 from berth.service.sync import SyncThread
 from berth.store.repo import Store
 
@@ -136,10 +136,7 @@ def create_app(
     app.state.elastic = loop
     app.state.elastic_metrics = elastic_metrics
     app.state.clouds = clouds
-    for router in ROUTERS:
-        app.include_router(router)
-    for _route in iter_route_contexts(app.routes):
-        pass  # FastAPI builds an included router's routes on first use: build them now
+    include_routers(app, ROUTERS)  # built by the process's first app, shared by the others
     install_handlers(app)
     app.add_middleware(RequestGuard, auth=app.state.auth, max_body_bytes=config.max_body_bytes)
     return app
