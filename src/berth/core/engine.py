@@ -325,6 +325,8 @@ class FilterScheduler:
         for weigher, weight in self.weighers:
             if weigher.minval is not None:  # Nova's scaling: `_scores` does it
                 return None
+            if weigher.constant(ctx):  # all equal: zeros, which add nothing
+                continue
             column = weigher.column(ctx)
             if column is not None and column.dtype in _COLUMN_TYPES and column.ndim == 1:
                 status = kernels.add_scaled(column, rows, weight, scores, started)
@@ -360,6 +362,8 @@ class FilterScheduler:
         """
         scores: F64 | None = None
         for weigher, weight in self.weighers:
+            if terms is None and weigher.minval is None and weigher.constant(ctx):
+                continue  # all equal: `normalise` gives zeros, which add nothing
             values = raw = weigher.raw(ctx, rows)
             if values.dtype != np.float64:  # keep the exact arithmetic of other dtypes
                 term = weight * normalise(values)

@@ -23,7 +23,7 @@ from berth.core.flavors import FlavorSpec, NumaMode, parse_flavor
 from berth.core.host_columns import capacities, distances, merged_metadata, trait_bits, widen
 from berth.core.model import Fleet, Host, Instance, ServerGroup
 from berth.core.nominal import Nominal
-from berth.core.numa import dispatch, scalar
+from berth.core.numa import compiled, dispatch, scalar, vector
 from berth.core.numa.vector import fits, resource_major, take
 from berth.core.resources import CELL_BASE, HOST_NAMES, HOST_RESOURCES, cell_resource_name
 from berth.core.snapshot_cells import stated_cells, stated_use
@@ -271,7 +271,9 @@ class HostTable(ChangeTracking):
         if fixed:
             assert isinstance(fixed, FixedPlan)
             return fixed.cell_use.copy(), fixed.host_use.copy()
-        d = self.demand(flavor)  # one host: plain integers (`numa.scalar`), the same footprint
+        d = self.demand(flavor)  # one host: the claim rule's footprint
+        if vector.two_cells(d, self.cell_free) and 0 <= row < len(self.names):
+            return compiled.place_row(self.cell_free, row, d.packed), d.host.copy()
         cells = scalar.place(d.rows, self.cell_free[row].tolist(), self.distance.get(row))
         return np.array(cells, dtype=np.int64), d.host.copy()
 
@@ -432,6 +434,13 @@ class HostTable(ChangeTracking):
     def verify_fits(self, host: str, cell_use: I64, host_use: I64) -> None:
         """Raise `ClaimError` naming the resource if this footprint does not fit on `host` now."""
         row = self.row(host)
+        if (
+            cell_use.dtype == host_use.dtype == np.int64
+            and cell_use.shape == self.cell_free.shape[1:]
+            and host_use.shape == self.host_free.shape[1:]
+            and kernels.footprint_fits(self.cell_free, self.host_free, row, cell_use, host_use)
+        ):
+            return  # the common case, in one compiled pass; the details below name the failure
         if (cell_use < 0).any() or (host_use < 0).any():
             raise ClaimError(f"negative use on host {host!r}")
         if (cell_use <= self.cell_free[row]).all() and (host_use <= self.host_free[row]).all():
