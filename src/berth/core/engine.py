@@ -90,6 +90,21 @@ WhyHook = Callable[[Scored], None]
 tentative claim (`core.why.WhyRecorder`)."""
 
 
+def _conjoin(mask: Mask, owned: bool, other: Mask, everyone: Mask) -> tuple[Mask, bool]:
+    """``(mask & other, owned)``, never writing into an array the caller does not own (filters
+    may return shared, read-only masks): a mask that passes every host (the table's shared
+    `everyone`) costs nothing, the first other one is read as it is, the second makes one new
+    array (then owned) and later ones are ANDed into it."""
+    if other is everyone:
+        return mask, owned
+    if mask is everyone:
+        return other, False
+    if owned:
+        np.logical_and(mask, other, out=mask)
+        return mask, True
+    return mask & other, True
+
+
 def _mix(*values: int) -> int:
     """SplitMix64 over the values: cheap deterministic tie-breaking without an RNG object."""
     x = 0x9E3779B97F4A7C15
@@ -242,12 +257,10 @@ class FilterScheduler:
         start: Mask,
         bounds: list[tuple[int, int]] | None,
     ) -> Mask:
-        """``start & mask_1 & ...`` over `filters`, never written into the filters' masks nor
-        into `start` (filters may share read-only arrays): a filter that passes every host
-        (the table's shared `everyone`) costs nothing, the first other mask is read as it is,
-        the second makes one new array and the rest are ANDed into it. With `bounds`, a filter
-        that states a minimum of a free host column (`host_minimum`) adds it there instead
-        (checked by `kernels.select_rows`, `_candidates`)."""
+        """``start & mask_1 & ...`` over `filters` (`_conjoin`: read-only; `start` and the
+        filters' masks are never written). With `bounds`, a filter that states a minimum of a
+        free host column (`host_minimum`) adds it there instead (checked by
+        `kernels.select_rows`, `_candidates`)."""
         everyone = ctx.table.everyone()
         mask, owned = start, False
         for flt in filters:
@@ -256,15 +269,7 @@ class FilterScheduler:
                 if bound is not None:
                     bounds.append(bound)
                     continue
-            m = flt.mask(ctx)
-            if m is everyone:
-                continue
-            if mask is everyone:
-                mask = m
-            elif owned:
-                np.logical_and(mask, m, out=mask)
-            else:
-                mask, owned = mask & m, True
+            mask, owned = _conjoin(mask, owned, flt.mask(ctx), everyone)
         return mask
 
     def _candidates(self, ctx: Context, filters: Sequence[HostFilter], start: Mask) -> I64:
@@ -457,15 +462,16 @@ class FilterScheduler:
         """Hosts where `capacity` may count `flavor` at all: the request-independent filters
         (and huge-page size), which no claim changes. The defragmentation planner uses it too."""
         ctx = Context(table, RequestSpec(flavor=flavor), table.demand(flavor), now)
-        return self._eligible(ctx)
+        return np.array(self._eligible(ctx))  # the caller's own copy: it may write to it
 
     def _eligible(self, ctx: Context) -> Mask:
-        mask = np.ones(len(ctx.table), dtype=bool)
+        """The request-independent part of the filters (read-only, see `_conjoin`)."""
+        everyone = ctx.table.everyone()
+        mask, owned = everyone, False
         for flt in self.filters:
-            if flt.static:
-                mask &= flt.mask(ctx)
-            elif (part := flt.static_part(ctx)) is not None:
-                mask &= part
+            part = flt.mask(ctx) if flt.static else flt.static_part(ctx)
+            if part is not None:
+                mask, owned = _conjoin(mask, owned, part, everyone)
         return mask
 
 

@@ -19,7 +19,7 @@ I64 = npt.NDArray[np.int64]
 
 
 def free_pinned(table: HostTable) -> I64:
-    """Free pinnable CPUs of each host, over all its cells (shared, read-only: never write)."""
+    """Free pinnable CPUs of each host, over all its cells (shared, read-only)."""
 
     def compute(rows: I64 | None) -> I64:
         cells = table.free_rows(rows)[0]
@@ -28,12 +28,12 @@ def free_pinned(table: HostTable) -> I64:
             return out
         return np.asarray(cells[:, :, C_PCPU].sum(axis=1), dtype=np.int64)
 
-    return table.derived(("free pinned CPUs",), compute)
+    return _read_only(table.derived(("free pinned CPUs",), compute))
 
 
 def free_vcpus(table: HostTable) -> I64:
     """Free shared vCPUs plus free pinnable CPUs of each host (the vCPU weigher's column;
-    shared, read-only: never write)."""
+    shared, read-only)."""
 
     def compute(rows: I64 | None) -> I64:
         cells, host = table.free_rows(rows)
@@ -42,4 +42,10 @@ def free_vcpus(table: HostTable) -> I64:
             return out
         return np.asarray(host[:, H_VCPU] + cells[:, :, C_PCPU].sum(axis=1), dtype=np.int64)
 
-    return table.derived(("free vCPUs",), compute)
+    return _read_only(table.derived(("free vCPUs",), compute))
+
+
+def _read_only(values: I64) -> I64:
+    """The kept array, shared by every reader until a claim changes it: no one may write."""
+    values.flags.writeable = False
+    return values
