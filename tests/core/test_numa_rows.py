@@ -192,8 +192,9 @@ def test_changed_since_equals_a_scan_of_touched(
 def test_compiled_counts_equal_the_vectorised(
     table: HostTable, data: st.DataObject, seed: int, random_free: bool
 ) -> None:
-    """`compiled.counts`, the compiled mirror of `scalar.count` / `cell_count`, on every
-    mode, negative free amounts included, any subset of rows in any order."""
+    """`compiled.counts`, the compiled mirror of `scalar.count` / `cell_count`, and
+    `compiled.place_row` (`scalar.place`) on every mode, negative free amounts included, any
+    subset of rows in any order."""
     _fill(table, data, 8)
     cf, hf = _random_free(table, seed) if random_free else (table.cell_free, table.host_free)
     cf, hf = vector.resource_major(cf), vector.resource_major(hf)  # the table's layout
@@ -212,3 +213,7 @@ def test_compiled_counts_equal_the_vectorised(
         if d.mode != NumaMode.NONE:
             fit = vector.cell_count(d, cf, limit=1)[rows] >= 1
             assert (out[: rows.size] >= 1).tolist() == fit.tolist(), name
+        if vector.two_cells(d, cf):  # `compiled.place_row`, the table's `plan_for`
+            for r in rows.tolist():
+                want = scalar.place(d.rows, cf[r].tolist())
+                assert compiled.place_row(cf, r, d.packed).tolist() == want, (name, r)
