@@ -328,6 +328,7 @@ def compile_all() -> None:
         move_footprint(cells, free, 0, cell_use, host_use, *counters, 1, -1)
         move_footprint(cells, free, 0, cell_use, host_use, *counters, 2, 1)
         footprint_fits(cells, free, 0, cell_use, host_use)
+        footprint_fits(cells, free, 0, cell_use.copy(), host_use)  # a footprint of its own
     fresh_hosts(np.ones(2, dtype=bool), np.zeros(2), 1.0, 60.0)
     one, touched, need = np.ones(1, np.int64), np.ones(2, np.int64), np.ones((1, 1), np.int64)
     host_only_costs(free, touched, 0, one, need, np.zeros((1, 2)), one, np.empty((1, 2)))

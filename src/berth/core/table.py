@@ -23,7 +23,7 @@ from berth.core.flavors import FlavorSpec, NumaMode, parse_flavor
 from berth.core.host_columns import capacities, distances, merged_metadata, trait_bits, widen
 from berth.core.model import Fleet, Host, Instance, ServerGroup
 from berth.core.nominal import Nominal
-from berth.core.numa import compiled, dispatch, scalar, vector
+from berth.core.numa import dispatch
 from berth.core.numa.vector import fits, resource_major, take
 from berth.core.resources import CELL_BASE, HOST_NAMES, HOST_RESOURCES, cell_resource_name
 from berth.core.snapshot_cells import stated_cells, stated_use
@@ -271,11 +271,9 @@ class HostTable(ChangeTracking):
         if fixed:
             assert isinstance(fixed, FixedPlan)
             return fixed.cell_use.copy(), fixed.host_use.copy()
-        d = self.demand(flavor)  # one host: the claim rule's footprint
-        if vector.two_cells(d, self.cell_free) and 0 <= row < len(self.names):
-            return compiled.place_row(self.cell_free, row, d.packed), d.host.copy()
-        cells = scalar.place(d.rows, self.cell_free[row].tolist(), self.distance.get(row))
-        return np.array(cells, dtype=np.int64), d.host.copy()
+        d = self.demand(flavor)  # one host: the claim rule's footprint (`dispatch.place_on`)
+        cells = dispatch.place_on(d, self.cell_free, self.host_free, row, self.distance.get(row))
+        return cells, d.host.copy()
 
     def _fixed_for(self, flavor: str) -> FixedPlan | bool:
         fixed = self._fixed_plans.get(flavor)
@@ -310,7 +308,7 @@ class HostTable(ChangeTracking):
         allocation and the same errors; the footprint is checked and applied in one compiled
         pass (`kernels.move_footprint`). A footprint that does not depend on the host has its
         arrays shared, read-only, by every allocation of the flavor (no copies); one that does
-        comes from the claim rule on this host in plain integers (`scalar.place`).
+        comes from the claim rule on this host (`plan_for`).
         """
         if not 0 <= row < len(self.names):  # the kernel reads the row unchecked
             raise ClaimError(f"no host at row {row}")
