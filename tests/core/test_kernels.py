@@ -286,3 +286,47 @@ def test_a_claim_takes_all_or_nothing_and_a_release_undoes_it(data: st.DataObjec
     assert counters[2][row] == 8
     others = np.arange(n_hosts) != row
     assert np.array_equal(counters[1][others], before[3][others])
+
+
+@settings(max_examples=examples(0.5), deadline=None)
+@given(data=st.data())
+def test_footprint_fits_is_use_within_zero_and_free(data: st.DataObject) -> None:
+    width = data.draw(st.integers(1, 4))
+    small = st.integers(-2, 6)
+
+    def drawn(shape: tuple[int, ...]) -> np.ndarray:
+        size = int(np.prod(shape))
+        values = data.draw(st.lists(small, min_size=size, max_size=size))
+        return np.array(values, dtype=np.int64).reshape(shape)
+
+    cells, hosts = np.asfortranarray(drawn((3, 2, width))), np.asfortranarray(drawn((3, 3)))
+    cell_use, host_use = drawn((2, width)), drawn((3,))
+    if data.draw(st.booleans()):  # a flavor's shared footprint
+        cell_use.flags.writeable = host_use.flags.writeable = False
+    row = data.draw(st.integers(0, 2))
+    want = bool(
+        (cell_use >= 0).all()
+        and (host_use >= 0).all()
+        and (cell_use <= cells[row]).all()
+        and (host_use <= hosts[row]).all()
+    )
+    assert kernels.footprint_fits(cells, hosts, row, cell_use, host_use) is want
+
+
+@settings(max_examples=examples(0.5), deadline=None)
+@given(
+    beats=st.lists(
+        st.one_of(st.just(float("nan")), st.floats(-1e9, 1e9, allow_nan=False)), max_size=30
+    ),
+    data=st.data(),
+)
+def test_fresh_hosts_is_enabled_and_a_fresh_heartbeat(beats: list[float], data: st.DataObject):
+    heartbeat = np.array(beats, dtype=np.float64)
+    flags = data.draw(st.lists(st.booleans(), min_size=len(beats), max_size=len(beats)))
+    enabled = np.array(flags, dtype=bool)
+    now = data.draw(st.sampled_from([0.0, 1e9, -5.0, 123.5]))
+    down_time = data.draw(st.sampled_from([60.0, 0.5, 1e12]))
+    want = enabled & ((now - heartbeat) <= down_time)  # the compute filter's numpy formula
+    got = kernels.fresh_hosts(enabled, heartbeat, now, down_time)
+    assert got.dtype == np.bool_
+    assert got.tolist() == want.tolist()

@@ -192,8 +192,9 @@ def test_changed_since_equals_a_scan_of_touched(
 def test_compiled_counts_equal_the_vectorised(
     table: HostTable, data: st.DataObject, seed: int, random_free: bool
 ) -> None:
-    """`compiled.counts`, the compiled mirror of `scalar.count` / `cell_count`, on every
-    mode, negative free amounts included, any subset of rows in any order."""
+    """`compiled.counts`, the compiled mirror of `scalar.count` / `cell_count`, and
+    `compiled.place_row` (`scalar.place`) on every mode, negative free amounts included, any
+    subset of rows in any order."""
     _fill(table, data, 8)
     cf, hf = _random_free(table, seed) if random_free else (table.cell_free, table.host_free)
     cf, hf = vector.resource_major(cf), vector.resource_major(hf)  # the table's layout
@@ -212,3 +213,30 @@ def test_compiled_counts_equal_the_vectorised(
         if d.mode != NumaMode.NONE:
             fit = vector.cell_count(d, cf, limit=1)[rows] >= 1
             assert (out[: rows.size] >= 1).tolist() == fit.tolist(), name
+        if vector.two_cells(d, cf):  # `compiled.place_row`, the table's `plan_for`
+            for r in rows.tolist():
+                want = scalar.place(d.rows, cf[r].tolist())
+                assert compiled.place_row(cf, r, d.packed).tolist() == want, (name, r)
+
+
+@settings(max_examples=examples(0.5), deadline=None)
+@given(
+    table=tables(min_hosts=1, max_hosts=6, extra_flavors=4, cells=(2, 1, 4)),
+    data=st.data(),
+    seed=st.integers(0, 2**32 - 1),
+    random_free=st.booleans(),
+)
+def test_one_host_footprint_is_the_scalar_rule_on_any_cell_axis(
+    table: HostTable, data: st.DataObject, seed: int, random_free: bool
+) -> None:
+    """`dispatch.place_on` (the table's `plan_for`): the compiled two-cell rule where it
+    applies (a two-cell table, or a wider table's host with empty cells beyond two when the
+    footprint fits), `scalar.place` elsewhere; equal to `scalar.place` everywhere."""
+    _fill(table, data, 8)
+    cf, hf = _random_free(table, seed) if random_free else (table.cell_free, table.host_free)
+    cf, hf = vector.resource_major(cf), vector.resource_major(hf)
+    for name, d in table.demands.items():
+        for r in range(len(table)):
+            want = scalar.place(d.rows, cf[r].tolist(), table.distance.get(r))
+            got = dispatch.place_on(d, cf, hf, r, table.distance.get(r))
+            assert got.tolist() == want, (name, r)

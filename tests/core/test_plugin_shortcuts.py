@@ -4,6 +4,7 @@ values say, for every registered filter and weigher, on random fleets and states
 * `HostFilter.host_minimum` ``(column, minimum)``: the mask is ``host_free[:, column] >=
   minimum``.
 * `HostWeigher.column`: ``raw(ctx, rows)`` is ``column[rows]`` cast to float64.
+* `HostWeigher.constant`: ``raw(ctx, rows)`` is the same value on every host.
 """
 
 from __future__ import annotations
@@ -59,6 +60,35 @@ def test_column_gathers_to_raw(table: HostTable, data: st.DataObject) -> None:
         assert column.shape == (len(table),), name
         assert column.dtype in (np.float64, np.int64), name
         assert np.array_equal(column[rows].astype(np.float64), weigher.raw(ctx, rows)), name
+
+
+@settings(max_examples=examples(0.3), deadline=None)
+@given(table=tables(min_hosts=1, max_hosts=8), data=st.data())
+def test_constant_means_equal_raw_values(table: HostTable, data: st.DataObject) -> None:
+    ctx = _context(table, data)
+    rows = np.arange(len(table))
+    for name, klass in sorted(WEIGHERS.items()):
+        weigher = klass()
+        if weigher.constant(ctx):
+            raw = weigher.raw(ctx, rows)
+            assert np.all(raw == raw[0]), name
+
+
+def test_the_group_weighers_are_constant_outside_their_group() -> None:
+    from tests.builders import flavor, group, host, table_of
+
+    groups = [group("soft", "soft-anti-affinity"), group("hard", "anti-affinity")]
+    table = table_of([host("a"), host("b")], [flavor("f")], groups=groups)
+    table.claim("x", "a", "f", server_group="soft")
+    constant = {}
+    for gid in (None, "soft", "hard"):
+        ctx = Context(table, RequestSpec(flavor="f", server_group=gid), table.demand("f"), NOW)
+        constant[gid] = [
+            WEIGHERS[n]().constant(ctx) for n in ("soft_affinity", "soft_anti_affinity")
+        ]
+    assert constant == {None: [True, True], "soft": [True, False], "hard": [True, True]}
+    ctx = Context(table, RequestSpec(flavor="f", server_group="soft"), table.demand("f"), NOW)
+    assert WEIGHERS["soft_anti_affinity"]().raw(ctx, np.arange(2)).tolist() == [-1.0, 0.0]
 
 
 def test_the_resource_plugins_offer_their_shortcuts() -> None:

@@ -90,6 +90,21 @@ WhyHook = Callable[[Scored], None]
 tentative claim (`core.why.WhyRecorder`)."""
 
 
+def _conjoin(mask: Mask, owned: bool, other: Mask, everyone: Mask) -> tuple[Mask, bool]:
+    """``(mask & other, owned)``, never writing into an array the caller does not own (filters
+    may return shared, read-only masks): a mask that passes every host (the table's shared
+    `everyone`) costs nothing, the first other one is read as it is, the second makes one new
+    array (then owned) and later ones are ANDed into it."""
+    if other is everyone:
+        return mask, owned
+    if mask is everyone:
+        return other, False
+    if owned:
+        np.logical_and(mask, other, out=mask)
+        return mask, True
+    return mask & other, True
+
+
 def _mix(*values: int) -> int:
     """SplitMix64 over the values: cheap deterministic tie-breaking without an RNG object."""
     x = 0x9E3779B97F4A7C15
@@ -158,22 +173,17 @@ class FilterScheduler:
         if clash is not None:
             raise SpecError(f"instance_ids: {clash!r} already exists")
 
+        ctx = Context(table, request, demand, now)
         static = [f for f in self.filters if f.static]
         dynamic = [f for f in self.filters if not f.static]
-        ctx = Context(table, request, demand, now)
-        static_mask = np.ones(len(table), dtype=bool)
-        for flt in static:
-            static_mask &= flt.mask(ctx)
+        static_mask = self._combine(ctx, static, table.everyone(), None)
 
         selections: list[Selection] = []
         generations: dict[str, int] = {}
         undo: list[tuple[str, int]] = []
         try:
             for i, iid in enumerate(ids):
-                mask = static_mask.copy()
-                for flt in dynamic:
-                    mask &= flt.mask(ctx)
-                rows = np.flatnonzero(mask)
+                rows = self._candidates(ctx, dynamic, static_mask)
                 if rows.size == 0:
                     raise NoValidHost(diagnose(ctx, self.filters, instance=i + 1))
                 chosen, alternates = self._choose(ctx, rows, request.seed, i, why)
@@ -231,29 +241,48 @@ class FilterScheduler:
         if instance_id in table.allocations:
             raise SpecError(f"instance_ids: {instance_id!r} already exists")
         ctx = Context(table, request, demand, now)
-        everyone = table.everyone()
-        mask = everyone
-        bounds: list[tuple[int, int]] = []
-        for flt in self.filters:  # static and dynamic alike: one instance, one pass
-            bound = flt.host_minimum(ctx)
-            if bound is not None:  # free column >= minimum: checked in `select_rows` below
-                bounds.append(bound)
-                continue
-            m = flt.mask(ctx)
-            if m is not everyone:  # the shared all-True mask of a filter that does not apply
-                mask = m if mask is everyone else mask & m  # never written in place
-        if bounds:
-            found = np.empty(len(table), dtype=np.int64)
-            n = kernels.select_rows(mask, table.host_free, np.array(bounds, dtype=np.int64), found)
-            rows = found[:n]
-        else:
-            rows = mask.nonzero()[0]
+        # static and dynamic alike: one instance, one pass
+        rows = self._candidates(ctx, self.filters, table.everyone())
         if rows.size == 0:
             raise NoValidHost(diagnose(ctx, self.filters, instance=1))
         chosen = self._pick(ctx, rows, seed, 0)
         return table.claim_planned(
             instance_id, chosen, request.flavor, server_group=group, project=request.project
         )
+
+    def _combine(
+        self,
+        ctx: Context,
+        filters: Sequence[HostFilter],
+        start: Mask,
+        bounds: list[tuple[int, int]] | None,
+    ) -> Mask:
+        """``start & mask_1 & ...`` over `filters` (`_conjoin`: read-only; `start` and the
+        filters' masks are never written). With `bounds`, a filter that states a minimum of a
+        free host column (`host_minimum`) adds it there instead (checked by
+        `kernels.select_rows`, `_candidates`)."""
+        everyone = ctx.table.everyone()
+        mask, owned = start, False
+        for flt in filters:
+            if bounds is not None:
+                bound = flt.host_minimum(ctx)
+                if bound is not None:
+                    bounds.append(bound)
+                    continue
+            mask, owned = _conjoin(mask, owned, flt.mask(ctx), everyone)
+        return mask
+
+    def _candidates(self, ctx: Context, filters: Sequence[HostFilter], start: Mask) -> I64:
+        """The rows (ascending) that `start` and every filter of `filters` pass: the masks
+        ANDed (`_combine`), the free-column minimums checked in one compiled pass."""
+        bounds: list[tuple[int, int]] = []
+        mask = self._combine(ctx, filters, start, bounds)
+        if not bounds:
+            return mask.nonzero()[0]
+        table = ctx.table
+        found = np.empty(len(table), dtype=np.int64)
+        n = kernels.select_rows(mask, table.host_free, np.array(bounds, dtype=np.int64), found)
+        return found[:n]
 
     def _pick(self, ctx: Context, rows: I64, seed: int, step: int) -> int:
         """`_choose(...)[0]` without the alternates: the argmax and its ties, no sort.
@@ -282,15 +311,27 @@ class FilterScheduler:
 
     def _tie_pool(self, ctx: Context, rows: I64) -> tuple[F64, I64] | None:
         """(scores, positions of the ties for the best), equal to `_scores` and its ties, in
-        compiled passes (`kernels.add_scaled` per weigher, gathering the candidates from its
-        `column` when it has one, then `kernels.ties`); None when some weigher's raw values
-        are not float64 or hold a NaN (then `_scores` decides)."""
+        compiled passes (`_compiled_scores`, then `kernels.ties`); None when `_scores` must
+        decide."""
+        scores = self._compiled_scores(ctx, rows)
+        if scores is None:
+            return None
+        ties = np.empty(rows.size, dtype=np.int64)
+        return scores, ties[: kernels.ties(scores, ties)]
+
+    def _compiled_scores(self, ctx: Context, rows: I64) -> F64 | None:
+        """`_scores`, bit for bit, in compiled passes (`kernels.add_scaled` per weigher,
+        gathering the candidates from its `column` when it has one); None when some weigher
+        scales as Nova does or its raw values are not float64 or hold a NaN (then `_scores`
+        decides)."""
         m = rows.size
         scores = np.empty(m, dtype=np.float64)
         started = False
         for weigher, weight in self.weighers:
             if weigher.minval is not None:  # Nova's scaling: `_scores` does it
                 return None
+            if weigher.constant(ctx):  # all equal: zeros, which add nothing
+                continue
             column = weigher.column(ctx)
             if column is not None and column.dtype in _COLUMN_TYPES and column.ndim == 1:
                 status = kernels.add_scaled(column, rows, weight, scores, started)
@@ -304,8 +345,7 @@ class FilterScheduler:
             started = started or status > 0
         if not started:  # every weigher's values are all equal: every host ties
             scores.fill(0.0)
-        ties = np.empty(m, dtype=np.int64)
-        return scores, ties[: kernels.ties(scores, ties)]
+        return scores
 
     def _identity(self, m: int) -> I64:
         """``arange(m)`` (a read-only view of one kept array): the rows of raw values."""
@@ -327,6 +367,8 @@ class FilterScheduler:
         """
         scores: F64 | None = None
         for weigher, weight in self.weighers:
+            if terms is None and weigher.minval is None and weigher.constant(ctx):
+                continue  # all equal: `normalise` gives zeros, which add nothing
             values = raw = weigher.raw(ctx, rows)
             if values.dtype != np.float64:  # keep the exact arithmetic of other dtypes
                 term = weight * normalise(values)
@@ -368,7 +410,13 @@ class FilterScheduler:
     ) -> tuple[int, list[int]]:
         """The chosen row and up to max_attempts - 1 alternates (best first)."""
         terms: list[Term] | None = None if why is None else []
-        scores = self._scores(ctx, rows, terms) if self.weighers else np.zeros(rows.size)
+        scores = None
+        if not self.weighers:
+            scores = np.zeros(rows.size)
+        elif why is None:  # no terms to keep: the compiled passes when they can
+            scores = self._compiled_scores(ctx, rows)
+        if scores is None:
+            scores = self._scores(ctx, rows, terms)
         chosen, alternates = self._choose_scored(rows, scores, seed, step)
         if why is not None:
             why(Scored(ctx, rows, scores, tuple(terms or ()), step, chosen, tuple(alternates)))
@@ -414,15 +462,16 @@ class FilterScheduler:
         """Hosts where `capacity` may count `flavor` at all: the request-independent filters
         (and huge-page size), which no claim changes. The defragmentation planner uses it too."""
         ctx = Context(table, RequestSpec(flavor=flavor), table.demand(flavor), now)
-        return self._eligible(ctx)
+        return np.array(self._eligible(ctx))  # the caller's own copy: it may write to it
 
     def _eligible(self, ctx: Context) -> Mask:
-        mask = np.ones(len(ctx.table), dtype=bool)
+        """The request-independent part of the filters (read-only, see `_conjoin`)."""
+        everyone = ctx.table.everyone()
+        mask, owned = everyone, False
         for flt in self.filters:
-            if flt.static:
-                mask &= flt.mask(ctx)
-            elif (part := flt.static_part(ctx)) is not None:
-                mask &= part
+            part = flt.mask(ctx) if flt.static else flt.static_part(ctx)
+            if part is not None:
+                mask, owned = _conjoin(mask, owned, part, everyone)
         return mask
 
 

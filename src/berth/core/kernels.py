@@ -14,7 +14,9 @@ and the engine's and table's own tests compare the lean path with the general on
   free host column with a minimum (`HostFilter.host_minimum`) and the others' masks.
 * NUMA-exact counts and placements on some hosts live in `numa.compiled`.
 * `move_footprint`: a claim's or a release's columns and counters on one host
-  (`HostTable.claim_planned`, `HostTable.release`).
+  (`HostTable.claim_planned`, `HostTable.release`); `footprint_fits`: whether one fits
+  (`HostTable.verify_fits`).
+* `fresh_hosts`: the compute filter's mask (enabled, heartbeat fresh) in one pass.
 * `host_only_costs`: the fragmentation weigher's cost of every placed host-only flavor on some
   hosts (`host_only_costs.HostOnlyCosts`), in integers.
 
@@ -151,6 +153,41 @@ def select_rows(passed: npt.NDArray[np.bool_], free: I64, bounds: I64, out: I64)
     how many: ``flatnonzero(passed & (free[:, c0] >= m0) & ...)``. `bounds` has at least
     one row; `out` room for every host."""
     return int(_kernel(_select_rows, bind="select_rows")(passed, free, bounds, out))
+
+
+def _fresh_hosts(enabled: Any, heartbeat: F64, now: float, down_time: float, out: Any) -> None:
+    for h in range(enabled.size):
+        out[h] = enabled[h] & (now - heartbeat[h] <= down_time)  # no branch: vectorises
+
+
+def fresh_hosts(
+    enabled: npt.NDArray[np.bool_], heartbeat: F64, now: float, down_time: float
+) -> npt.NDArray[np.bool_]:
+    """``enabled & (now - heartbeat <= down_time)`` in one pass (the compute filter's mask; a
+    NaN heartbeat, never reported, compares False)."""
+    out = np.empty(enabled.size, dtype=np.bool_)
+    _kernel(_fresh_hosts, bind=None)(enabled, heartbeat, now, down_time, out)
+    return out
+
+
+def _footprint_fits(cell_free: I64, host_free: I64, row: int, cell_use: I64, host_use: I64) -> bool:
+    cells, width = cell_use.shape
+    for c in range(cells):
+        for j in range(width):
+            if cell_use[c, j] < 0 or cell_use[c, j] > cell_free[row, c, j]:
+                return False
+    for j in range(host_use.size):
+        if host_use[j] < 0 or host_use[j] > host_free[row, j]:
+            return False
+    return True
+
+
+def footprint_fits(cell_free: I64, host_free: I64, row: int, cell_use: I64, host_use: I64) -> bool:
+    """Whether a footprint takes nothing negative and at most what `row` has free: ``(use >= 0)
+    & (use <= free)`` over every cell and host column (`HostTable.verify_fits`'s common case).
+    The shapes must match the row's (the kernel does not check them)."""
+    kernel = _kernel(_footprint_fits, bind="footprint_fits")
+    return bool(kernel(cell_free, host_free, row, cell_use, host_use))
 
 
 def _host_only_costs(
@@ -290,5 +327,8 @@ def compile_all() -> None:
         cell_use.flags.writeable = host_use.flags.writeable = writable
         move_footprint(cells, free, 0, cell_use, host_use, *counters, 1, -1)
         move_footprint(cells, free, 0, cell_use, host_use, *counters, 2, 1)
+        footprint_fits(cells, free, 0, cell_use, host_use)
+        footprint_fits(cells, free, 0, cell_use.copy(), host_use)  # a footprint of its own
+    fresh_hosts(np.ones(2, dtype=bool), np.zeros(2), 1.0, 60.0)
     one, touched, need = np.ones(1, np.int64), np.ones(2, np.int64), np.ones((1, 1), np.int64)
     host_only_costs(free, touched, 0, one, need, np.zeros((1, 2)), one, np.empty((1, 2)))

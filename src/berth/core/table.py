@@ -23,7 +23,7 @@ from berth.core.flavors import FlavorSpec, NumaMode, parse_flavor
 from berth.core.host_columns import capacities, distances, merged_metadata, trait_bits, widen
 from berth.core.model import Fleet, Host, Instance, ServerGroup
 from berth.core.nominal import Nominal
-from berth.core.numa import dispatch, scalar
+from berth.core.numa import dispatch
 from berth.core.numa.vector import fits, resource_major, take
 from berth.core.resources import CELL_BASE, HOST_NAMES, HOST_RESOURCES, cell_resource_name
 from berth.core.snapshot_cells import stated_cells, stated_use
@@ -271,9 +271,9 @@ class HostTable(ChangeTracking):
         if fixed:
             assert isinstance(fixed, FixedPlan)
             return fixed.cell_use.copy(), fixed.host_use.copy()
-        d = self.demand(flavor)  # one host: plain integers (`numa.scalar`), the same footprint
-        cells = scalar.place(d.rows, self.cell_free[row].tolist(), self.distance.get(row))
-        return np.array(cells, dtype=np.int64), d.host.copy()
+        d = self.demand(flavor)  # one host: the claim rule's footprint (`dispatch.place_on`)
+        cells = dispatch.place_on(d, self.cell_free, self.host_free, row, self.distance.get(row))
+        return cells, d.host.copy()
 
     def _fixed_for(self, flavor: str) -> FixedPlan | bool:
         fixed = self._fixed_plans.get(flavor)
@@ -308,7 +308,7 @@ class HostTable(ChangeTracking):
         allocation and the same errors; the footprint is checked and applied in one compiled
         pass (`kernels.move_footprint`). A footprint that does not depend on the host has its
         arrays shared, read-only, by every allocation of the flavor (no copies); one that does
-        comes from the claim rule on this host in plain integers (`scalar.place`).
+        comes from the claim rule on this host (`plan_for`).
         """
         if not 0 <= row < len(self.names):  # the kernel reads the row unchecked
             raise ClaimError(f"no host at row {row}")
@@ -432,6 +432,13 @@ class HostTable(ChangeTracking):
     def verify_fits(self, host: str, cell_use: I64, host_use: I64) -> None:
         """Raise `ClaimError` naming the resource if this footprint does not fit on `host` now."""
         row = self.row(host)
+        if (
+            cell_use.dtype == host_use.dtype == np.int64
+            and cell_use.shape == self.cell_free.shape[1:]
+            and host_use.shape == self.host_free.shape[1:]
+            and kernels.footprint_fits(self.cell_free, self.host_free, row, cell_use, host_use)
+        ):
+            return  # the common case, in one compiled pass; the details below name the failure
         if (cell_use < 0).any() or (host_use < 0).any():
             raise ClaimError(f"negative use on host {host!r}")
         if (cell_use <= self.cell_free[row]).all() and (host_use <= self.host_free[row]).all():

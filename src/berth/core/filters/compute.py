@@ -7,6 +7,7 @@ from typing import Annotated
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from berth.core import kernels
 from berth.core.filters.base import Context, HostFilter, Mask, Rejection, Workload
 from berth.core.request import RequestSpec
 
@@ -36,13 +37,10 @@ class ComputeFilter(HostFilter):
     def per_host_limit(self) -> int | None:
         return None
 
-    def _fresh(self, ctx: Context) -> Mask:
-        assert isinstance(self.params, ComputeParams)
-        age = ctx.now - ctx.table.heartbeat  # NaN (never reported) compares False
-        return age <= self.params.service_down_time
-
     def mask(self, ctx: Context) -> Mask:
-        return ctx.table.enabled & self._fresh(ctx)
+        assert isinstance(self.params, ComputeParams)
+        table, down_time = ctx.table, float(self.params.service_down_time)
+        return kernels.fresh_hosts(table.enabled, table.heartbeat, float(ctx.now), down_time)
 
     def explain(self, ctx: Context, failed: Mask) -> list[tuple[Rejection, Mask]]:
         assert isinstance(self.params, ComputeParams)

@@ -31,7 +31,11 @@ class ImagePropertiesFilter(HostFilter):
         return ctx.table.hypervisor == ctx.table.hypervisors.get(want)
 
     def mask(self, ctx: Context) -> Mask:
-        return self._arch(ctx) & self._hypervisor(ctx)
+        arch, hypervisor = self._arch(ctx), self._hypervisor(ctx)
+        everyone = ctx.table.everyone()
+        if arch is everyone or hypervisor is everyone:  # one alone (or none): no new array
+            return hypervisor if arch is everyone else arch
+        return arch & hypervisor
 
     def explain(self, ctx: Context, failed: Mask) -> list[tuple[Rejection, Mask]]:
         arch = failed & ~self._arch(ctx)

@@ -32,12 +32,21 @@ class PciPassthroughFilter(HostFilter):
         return d.pci + d.cells[:, CELL_BASE:].sum(axis=0) if d.cells.size else d.pci
 
     def mask(self, ctx: Context) -> Mask:
-        want = self._want(ctx)
-        cols = np.flatnonzero(want)
+        # the device types and counts depend on the flavor alone: kept per table and flavor
+        # (the table's state cache, dropped when a flavor is added or redefined)
+        cols, want = ctx.table.state(
+            ("pci_passthrough", ctx.demand.spec.name), lambda: self._need(ctx)
+        )
         if cols.size == 0:
             return ctx.table.everyone()
         free = ctx.cell_free[:, :, CELL_BASE + cols].sum(axis=1)
-        return (free >= want[cols]).all(axis=1)
+        return (free >= want).all(axis=1)
+
+    def _need(self, ctx: Context) -> tuple[np.ndarray, np.ndarray]:
+        """(device type columns the flavor asks for, how many of each)."""
+        want = self._want(ctx)
+        cols = np.flatnonzero(want)
+        return cols, want[cols]
 
     def explain(self, ctx: Context, failed: Mask) -> list[tuple[Rejection, Mask]]:
         want = self._want(ctx)

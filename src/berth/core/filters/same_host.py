@@ -29,10 +29,9 @@ class SameHostFilter(HostFilter):
         return None
 
     def mask(self, ctx: Context) -> Mask:
-        n = len(ctx.table)
         if not ctx.request.same_host:
-            return np.ones(n, dtype=bool)
-        out = np.zeros(n, dtype=bool)
+            return ctx.table.everyone()
+        out = np.zeros(len(ctx.table), dtype=bool)
         out[_rows(ctx, ctx.request.same_host)] = True
         return out
 

@@ -6,8 +6,6 @@ affinity confines a group that has members to the hosts that hold them.
 
 from __future__ import annotations
 
-import numpy as np
-
 from berth.core.filters.base import Context, HostFilter, Mask, Workload
 from berth.core.model import GroupPolicy, ServerGroup
 
@@ -40,9 +38,8 @@ class ServerGroupAffinityFilter(HostFilter):
 
     def mask(self, ctx: Context) -> Mask:
         group = _group(ctx, GroupPolicy.AFFINITY)
-        n = len(ctx.table)
         if group is None or not ctx.table.group_rows.get(group.id):
-            return np.ones(n, dtype=bool)
+            return ctx.table.everyone()
         return ctx.table.group_count(group.id) > 0
 
     def describe(self, ctx: Context) -> str:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from berth.core.filters.base import Context, HostFilter, Mask, Rejection, Workload
-from berth.core.resources import C_PCPU, H_VCPU
+from berth.core.resources import H_VCPU
+from berth.core.table_free import free_pinned
 
 
 class VcpuFilter(HostFilter):
@@ -23,8 +24,8 @@ class VcpuFilter(HostFilter):
         return None
 
     def _free(self, ctx: Context) -> np.ndarray:
-        if ctx.demand.spec.dedicated_cpus:
-            return ctx.cell_free[:, :, C_PCPU].sum(axis=1)
+        if ctx.demand.spec.dedicated_cpus:  # kept by the table (claims update it)
+            return free_pinned(ctx.table)
         return ctx.host_free[:, H_VCPU]
 
     def mask(self, ctx: Context) -> Mask:

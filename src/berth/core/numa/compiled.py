@@ -166,6 +166,31 @@ def _place1(
             use0[col] += want - took
 
 
+def _place_row(
+    cell_free: I64,
+    row: int,
+    mode: int,
+    cells: I64,
+    units: I64,
+    fixed: I64,
+    pci: I64,
+    flex: I64,
+    out: I64,
+) -> None:
+    c0, c1 = cell_free[row, 0], cell_free[row, 1]
+    _place1(c0, c1, mode, cells, units, fixed, pci, flex, out[0], out[1])
+
+
+def place_row(cell_free: I64, row: int, packed: Any) -> I64:
+    """`scalar.place` of the flavor `packed` on one host of a two-cell table: what one more
+    instance takes of each cell, shape (2, width). `row` must be a row of `cell_free`."""
+    kernel = jit.compile_kernel(_place_row, globals(), helpers=_HELPERS)
+    d = packed
+    out = np.empty((2, cell_free.shape[2]), dtype=np.int64)
+    kernel(cell_free, row, d.mode, d.cells, d.units, d.fixed, d.pci, d.flex, out)
+    return out
+
+
 def _counts(
     cell_free: I64,
     host_free: I64,
@@ -296,7 +321,7 @@ def lost_capacity(
 
 @jit.warm_up
 def compile_all() -> None:
-    """Compile both kernels for a table's resource-major columns (run by `jit.prepare`)."""
+    """Compile the kernels for a table's resource-major columns (run by `jit.prepare`)."""
     cell_free = np.zeros((2, 2, 2), dtype=np.int64, order="F")  # resource-major, as the table's
     host_free = np.zeros((2, 2), dtype=np.int64, order="F")
     pairs, triples = np.ones((1, 2), np.int64), np.ones((1, 3), np.int64)
@@ -306,6 +331,7 @@ def compile_all() -> None:
     rows, out = np.zeros(1, np.int64), np.empty(1, np.int64)
     for cells_only in (False, True):
         counts(cell_free, host_free, rows, packed, cells_only, out)
+    place_row(cell_free, 0, packed)
     refs = PackedReferences.of([packed], [1])
     before = np.ones((1, 1), dtype=np.int32)
     lost_capacity(cell_free, host_free, rows, before, packed, refs, np.empty(1, np.float32))

@@ -1,12 +1,15 @@
-"""The cheaper copy of the claim rule's count for a number of hosts: `compiled` or `vector`."""
+"""The cheaper copy of the claim rule for a number of hosts (`compiled` or `vector`) and for
+one host's footprint (`compiled` or `scalar`)."""
 
 from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
 
+from berth.core import kernels
 from berth.core.demand import Demand
-from berth.core.numa import compiled, vector
+from berth.core.flavors import NumaMode
+from berth.core.numa import compiled, scalar, vector
 
 I64 = npt.NDArray[np.int64]
 
@@ -34,3 +37,25 @@ def count_on(
     if cells_only:
         return vector.cell_count(d, cell_free, limit=1)
     return vector.count(d, cell_free, host_free)
+
+
+def place_on(
+    d: Demand, cell_free: I64, host_free: I64, row: int, distance: list[list[int]] | None
+) -> I64:
+    """`scalar.place` of `d` on host `row` (its cells' use), the cheaper way: the compiled
+    two-cell rule (`compiled.place_row`) for a guest of at most two cells on a two-cell table,
+    and on a wider table's host whose cells beyond the first two are empty when that
+    footprint fits (then it is the rule's: `wide` places such a host as two cells,
+    docs/numa.md); else `scalar.place` (`distance`: the host's NUMA distances)."""
+    if d.guest_cells <= 2 and 0 <= row < cell_free.shape[0]:
+        if cell_free.shape[1] == 2:
+            return compiled.place_row(cell_free, row, d.packed)
+        # not a floating guest: `wide.place` places none of its devices on such a host, so
+        # `scalar.place` keeps that footprint
+        if d.mode != NumaMode.NONE and not cell_free[row, 2:].any():
+            use = np.zeros(cell_free.shape[1:], dtype=np.int64)
+            use[:2] = compiled.place_row(cell_free, row, d.packed)
+            if kernels.footprint_fits(cell_free, host_free, row, use, d.host):
+                return use
+    cells = scalar.place(d.rows, cell_free[row].tolist(), distance)
+    return np.array(cells, dtype=np.int64)

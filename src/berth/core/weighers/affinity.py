@@ -8,14 +8,20 @@ from __future__ import annotations
 import numpy as np
 
 from berth.core.filters.base import Context, Workload
-from berth.core.model import GroupPolicy
+from berth.core.model import GroupPolicy, ServerGroup
 from berth.core.weighers.base import F64, I64, HostWeigher
 
 
-def _members(ctx: Context, rows: I64, policy: GroupPolicy) -> F64:
+def _group(ctx: Context, policy: GroupPolicy) -> ServerGroup | None:
+    """The request's group if it has this policy (else every value is zero)."""
     gid = ctx.request.server_group
     group = ctx.table.groups.get(gid) if gid is not None else None
-    if group is None or group.policy != policy:
+    return None if group is None or group.policy != policy else group
+
+
+def _members(ctx: Context, rows: I64, policy: GroupPolicy) -> F64:
+    group = _group(ctx, policy)
+    if group is None:
         return np.zeros(rows.size, dtype=np.float64)
     return ctx.table.group_count(group.id)[rows].astype(np.float64)
 
@@ -32,6 +38,9 @@ class SoftAffinityWeigher(HostWeigher):
     def applies(cls, work: Workload) -> bool:
         return _any_group(work, GroupPolicy.SOFT_AFFINITY)
 
+    def constant(self, ctx: Context) -> bool:
+        return _group(ctx, GroupPolicy.SOFT_AFFINITY) is None
+
     def raw(self, ctx: Context, rows: I64) -> F64:
         return _members(ctx, rows, GroupPolicy.SOFT_AFFINITY)
 
@@ -42,6 +51,9 @@ class SoftAntiAffinityWeigher(HostWeigher):
     @classmethod
     def applies(cls, work: Workload) -> bool:
         return _any_group(work, GroupPolicy.SOFT_ANTI_AFFINITY)
+
+    def constant(self, ctx: Context) -> bool:
+        return _group(ctx, GroupPolicy.SOFT_ANTI_AFFINITY) is None
 
     def raw(self, ctx: Context, rows: I64) -> F64:
         return -_members(ctx, rows, GroupPolicy.SOFT_ANTI_AFFINITY)

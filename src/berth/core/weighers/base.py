@@ -47,6 +47,12 @@ class HostWeigher(ABC):
     def raw(self, ctx: Context, rows: I64) -> F64:
         """Raw values for the candidate `rows` (same order)."""
 
+    def constant(self, ctx: Context) -> bool:
+        """True only when the raw values are equal on every host for this request (min-max
+        scaling gives zeros, which add nothing): the engine then skips the weigher. False when
+        unsure (the default)."""
+        return False
+
     def column(self, ctx: Context) -> F64 | I64 | None:
         """The raw values of every host as one float64 or int64 array, when the weigher has
         them at hand: then ``raw(ctx, rows)`` must equal ``column(ctx)[rows].astype(float64)``

@@ -9,6 +9,7 @@ from berth.core.filters.base import Context, Workload
 from berth.core.model import DiskKind
 from berth.core.resources import C_PCPU, H_HDD, H_MEM, H_SSD, H_VCPU
 from berth.core.table import HostTable
+from berth.core.table_free import free_vcpus
 from berth.core.weighers.base import F64, I64, HostWeigher
 
 
@@ -52,12 +53,9 @@ class VcpuWeigher(HostWeigher):
         return self.column(ctx).take(rows).astype(np.float64)
 
     def column(self, ctx: Context) -> I64:
-        cf, hf = ctx.cell_free, ctx.host_free
         if not self._any_pinned(ctx.table):  # free pinnable CPUs are 0 everywhere: x + 0 == x
-            return hf[:, H_VCPU]
-        if cf.shape[1] == 2:
-            return hf[:, H_VCPU] + cf[:, 0, C_PCPU] + cf[:, 1, C_PCPU]  # contiguous columns
-        return hf[:, H_VCPU] + cf[:, :, C_PCPU].sum(axis=1)  # hosts of more than two cells
+            return ctx.host_free[:, H_VCPU]
+        return free_vcpus(ctx.table)  # kept by the table: claims recompute their hosts only
 
 
 class DiskWeigher(HostWeigher):
