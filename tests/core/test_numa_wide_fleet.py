@@ -120,3 +120,22 @@ def test_simulator_replays_on_a_mixed_fleet() -> None:
     mixed = Fleet(**{**base.__dict__, "hosts": hosts})
     run = Simulation(trace, mixed, ReplayOptions(seed=1, bound=False)).run(resolve("berth"))
     assert run.decisions == len(trace)
+
+
+def test_floating_guests_take_their_devices_on_two_cell_hosts_of_a_wide_table() -> None:
+    """A floating (non-NUMA) guest with a PCI device, on a two-cell host of a table eight cells
+    wide, takes its device: the host's one GPU is claimed once, never again."""
+    gpu_host = host("g", numa=[cell(vcpus=8, mem=16384, pci={"gpu": 1}), cell(vcpus=8, mem=16384)])
+    wide_host = host("w", numa=[cell(vcpus=2, mem=4096)] * 8)
+    fgpu = flavor("fgpu", vcpus=1, mem=1024, pci="gpu:1")
+    table = HostTable.from_fleet(fleet([gpu_host, wide_host], [fgpu], aliases={"gpu": "gpu"}))
+    assert table.cell_cap.shape[1] == 8
+    assert SCHED.capacity(table, "fgpu", NOW).tolist() == [1, 0]
+    req = RequestSpec(flavor="fgpu", num_instances=1, seed=0, instance_ids=("vm0",))
+    commit(table, SCHED.select_destinations(table, req, NOW))
+    assert SCHED.capacity(table, "fgpu", NOW).tolist() == [0, 0]
+    assert int(table.cell_free[0, :, :].min()) >= 0
+    again = RequestSpec(flavor="fgpu", num_instances=1, seed=1, instance_ids=("vm1",))
+    with pytest.raises(NoValidHost):
+        SCHED.select_destinations(table, again, NOW)
+    check_accounting(table)

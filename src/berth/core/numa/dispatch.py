@@ -8,7 +8,6 @@ import numpy.typing as npt
 
 from berth.core import kernels
 from berth.core.demand import Demand
-from berth.core.flavors import NumaMode
 from berth.core.numa import compiled, scalar, vector
 
 I64 = npt.NDArray[np.int64]
@@ -50,9 +49,7 @@ def place_on(
     if d.guest_cells <= 2 and 0 <= row < cell_free.shape[0]:
         if cell_free.shape[1] == 2:
             return compiled.place_row(cell_free, row, d.packed)
-        # not a floating guest: `wide.place` places none of its devices on such a host, so
-        # `scalar.place` keeps that footprint
-        if d.mode != NumaMode.NONE and not cell_free[row, 2:].any():
+        if not cell_free[row, 2:].any():
             use = np.zeros(cell_free.shape[1:], dtype=np.int64)
             use[:2] = compiled.place_row(cell_free, row, d.packed)
             if kernels.footprint_fits(cell_free, host_free, row, use, d.host):

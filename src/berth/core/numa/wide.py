@@ -349,8 +349,8 @@ def place(
     if not d.pci.any():
         return cell_use, host_use
     pci_rows = ~search if local_pci(d) else np.ones(n, dtype=bool)  # the search placed them
-    if mode not in (NumaMode.SINGLE, NumaMode.EVEN):
-        pci_rows &= ~narrow(cell_free)  # narrow FIXED / FLEX: done by `two_cell`
+    if mode in (NumaMode.FIXED, NumaMode.FLEX) and guest_cells(d) == 2:
+        pci_rows &= ~narrow(cell_free)  # narrow FIXED / FLEX: done by `two_cell` above
     if pci_rows.any():
         own = (cell_use[:, :, :CELL_BASE] != 0).any(axis=2)  # the guest's cells
         _host_pci(d, cell_free, own, np.flatnonzero(pci_rows), cell_use)
