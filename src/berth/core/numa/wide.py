@@ -54,10 +54,19 @@ def units(cell_free: I64, vec: I64) -> I64:
 
 
 def even_count(u: I64, k: int) -> I64:
-    """``max t with sum_c min(u_c, t) >= k t``, as ``min_{j<k} floor(S_j / (k - j))``."""
-    s = -np.sort(-u, axis=1)  # roomiest first
-    n = s.shape[1]
-    rest = s.sum(axis=1)
+    """``max t with sum_c min(u_c, t) >= k t``, as ``min_{j<k} floor(S_j / (k - j))``.
+
+    Only the k - 1 roomiest cells are dropped one by one, so only they are sorted (a partial
+    sort: a two-cell guest needs only each host's roomiest cell)."""
+    n = u.shape[1]
+    rest = u.sum(axis=1)
+    if k <= 1:
+        return np.maximum(np.minimum(rest, BIG), 0)
+    if k - 1 < n:
+        top = np.partition(u, n - (k - 1), axis=1)[:, n - (k - 1) :]
+        s = -np.sort(-top, axis=1)  # the k - 1 roomiest, roomiest first
+    else:
+        s = -np.sort(-u, axis=1)
     out = np.full(u.shape[0], BIG, dtype=np.int64)
     for j in range(k):
         if j:
