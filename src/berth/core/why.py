@@ -222,6 +222,7 @@ class WhyRecorder:
         self.request = request
         self.top = top
         self.instances: list[InstanceWhy] = []
+        self._ids = request.ids()  # once: generated ids are rebuilt on every call
 
     def __call__(self, scored: Scored) -> None:
         self.instances.append(self._explain(scored))
@@ -229,8 +230,8 @@ class WhyRecorder:
     def _explain(self, scored: Scored) -> InstanceWhy:
         rows, scores = scored.rows, scored.scores
         names = scored.ctx.table.names
-        at = np.array(self._ranked_positions(scored), dtype=np.int64)
-        score_of: list[float] = [0.0] * at.size if scores is None else scores[at].tolist()
+        at = self._ranked_positions(scored)
+        score_of: list[float] = [0.0] * at.size if scores is None else scores.take(at).tolist()
         draw, tied, margin = "only", 1, None
         if scores is None:
             draw, tied = "chance", int(rows.size)
@@ -245,31 +246,32 @@ class WhyRecorder:
                 draw = "tie" if tied > 1 else "best"
         return InstanceWhy(
             instance=scored.step + 1,
-            instance_id=self.request.ids()[scored.step],
+            instance_id=self._ids[scored.step],
             candidates=int(rows.size),
             draw=draw,
             tied=tied,
             seed=self.request.seed,
             margin=margin,
-            hosts=tuple(names[r] for r in rows[at].tolist()),
+            hosts=tuple(map(names.__getitem__, rows.take(at).tolist())),
             scores=tuple(score_of),
             columns=tuple(_column(t, at) for t in scored.terms),
         )
 
-    def _ranked_positions(self, scored: Scored) -> list[int]:
+    def _ranked_positions(self, scored: Scored) -> npt.NDArray[np.int64]:
         """Positions (in `scored.rows`) of the winner and the next best: the engine's
         alternates when they are enough, else ranked from the scores (stable, as the engine)."""
         rows = scored.rows
         want = min(self.top, int(rows.size))
-        found: list[int] = rows.searchsorted((scored.chosen, *scored.alternates)).tolist()
-        chosen = found[0]
-        if len(found) >= want or scored.scores is None:
+        found = rows.searchsorted((scored.chosen, *scored.alternates))
+        if found.size >= want or scored.scores is None:
             return found[:want]
+        chosen = int(found[0])
         scores = scored.scores
         k = min(want + 1, int(rows.size))
         top = np.argpartition(-scores, k - 1)[:k] if k < rows.size else np.arange(rows.size)
         order = top[np.argsort(-scores[top], kind="stable")]
-        return [chosen, *[int(p) for p in order if p != chosen][: want - 1]]
+        rest = [int(p) for p in order if p != chosen][: want - 1]
+        return np.array([chosen, *rest], dtype=np.int64)
 
 
 def _column(t: Term, at: npt.NDArray[np.int64]) -> _Column:
@@ -278,7 +280,13 @@ def _column(t: Term, at: npt.NDArray[np.int64]) -> _Column:
     lo, hi = float(t.lo), float(t.hi)
     scale = Scale(t.weigher.name, float(t.weight), lo, hi, not hi > lo, dtype)
     raws: list[float] = t.raw.take(at).tolist()
-    values: list[float] = raws if t.values is t.raw else t.values.take(at).tolist()
+    values: list[float] = raws
+    if t.values is not t.raw:
+        minval = t.weigher.minval
+        # Nova's max(raw, minval) is raw itself where raw > minval (no NaN, no signed zero to
+        # choose): the engine's values need no second gather then
+        if minval is None or not all(r > minval for r in raws):
+            values = t.values.take(at).tolist()
     term = None if t.term is None else t.term.take(at).tolist()
     return _Column(scale, raws, values, term)
 

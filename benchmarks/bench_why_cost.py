@@ -1,0 +1,196 @@
+"""The cost of `--why` on a 10,000-host decision, under the 'berth' and 'nova' profiles, measured
+two ways in one run:
+
+* **wall clock, interleaved**: `bench_insight`'s seeded 10,000-host fleet and 'mixed' requests;
+  each repetition decides every request once plain (`select_destinations`) and once with
+  `core.why.WhyRecorder`, for both profiles, the order of the four batches rotating from one
+  repetition to the next; garbage collector paused. Reported: the median batch time of each,
+  the ratio of the medians and the median of the per-repetition ratios (each repetition pairs
+  a plain and a why batch run moments apart, so load that drifts cancels).
+* **instructions** (`--callgrind`): the same batch under `valgrind --tool=callgrind`, once
+  plain and once with why per profile, each in its own process (the table read from a pickle
+  this run writes, hash seed fixed, a warm-up batch first); only the timed batch is counted
+  (it runs inside `math.fsum`, and callgrind collects with `--toggle-collect=math_fsum`).
+  Instruction counts do not depend on the machine's load.
+
+    .venv/bin/python benchmarks/bench_why_cost.py [--hosts 10000] [--decisions 200]
+        [--reps 30] [--callgrind] [--cg-decisions 100]
+
+Prints a Markdown table (the numbers of benchmarks/results/insight.md's "why: interleaved
+re-measure" section).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import math
+import os
+import pickle
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_core import NOW
+from bench_insight import _decide, _requests, _table
+from berth.core.config import profile
+from berth.core.engine import FilterScheduler
+from berth.core.request import RequestSpec
+from berth.core.table import HostTable
+from berth.core.why import WhyRecorder
+
+PROFILES = ("berth", "nova")
+
+
+def _batch(sched: FilterScheduler, table: HostTable, reqs: list[RequestSpec], why: bool) -> int:
+    """Decide every request once; nanoseconds (the recorder is made outside the clock)."""
+    total = 0
+    for r in reqs:
+        hook = WhyRecorder(sched, r) if why else None
+        t = time.perf_counter_ns()
+        sched.select_destinations(table, r, NOW, why=hook)
+        total += time.perf_counter_ns() - t
+    return total
+
+
+def _setup(
+    table: HostTable, decisions: int
+) -> dict[str, tuple[FilterScheduler, list[RequestSpec]]]:
+    out = {}
+    for prof in PROFILES:
+        sched = FilterScheduler.from_config(profile(prof))
+        out[prof] = (sched, [r for r in _requests(table, decisions) if _decide(sched, table, r)])
+    return out
+
+
+def wall(table: HostTable, decisions: int, reps: int) -> dict[str, dict[str, Any]]:
+    setups = _setup(table, decisions)
+    runs = [(prof, why) for prof in PROFILES for why in (False, True)]
+    times: dict[tuple[str, bool], list[int]] = {k: [] for k in runs}
+    for prof, why in runs:  # warm: caches, compiled kernels
+        _batch(setups[prof][0], table, setups[prof][1], why)
+    gc.disable()
+    try:
+        for rep in range(reps):
+            for k in range(len(runs)):
+                prof, why = runs[(rep + k) % len(runs)]
+                sched, reqs = setups[prof]
+                times[prof, why].append(_batch(sched, table, reqs, why))
+    finally:
+        gc.enable()
+    out = {}
+    for prof in PROFILES:
+        off, on = times[prof, False], times[prof, True]
+        out[prof] = {
+            "requests": len(setups[prof][1]),
+            "off_ms": statistics.median(off) / 1e6 / len(setups[prof][1]),
+            "on_ms": statistics.median(on) / 1e6 / len(setups[prof][1]),
+            "ratio_of_medians": statistics.median(on) / statistics.median(off),
+            "median_ratio": statistics.median(b / a for a, b in zip(off, on, strict=True)),
+        }
+    return out
+
+
+def _child(pickled: str, prof: str, why: bool, decisions: int) -> None:
+    """Under callgrind: warm up, then the counted batch inside `math.fsum`."""
+    table = pickle.loads(Path(pickled).read_bytes())
+    sched = FilterScheduler.from_config(profile(prof))
+    reqs = [r for r in _requests(table, decisions) if _decide(sched, table, r)]
+    _batch(sched, table, reqs, why)
+    gc.disable()
+    math.fsum(float(_batch(sched, table, reqs, why) * 0) for _ in range(1))
+    print(f"requests={len(reqs)}")
+
+
+def callgrind(table: HostTable, decisions: int) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="why-cg-") as tmp:
+        pickled = Path(tmp) / "table.pkl"
+        pickled.write_bytes(pickle.dumps(table))
+        env = {**os.environ, "PYTHONHASHSEED": "0"}
+        procs: dict[tuple[str, bool], subprocess.Popen[str]] = {}
+        for prof in PROFILES:
+            for why in (False, True):
+                command = ["valgrind", "--tool=callgrind", "--toggle-collect=math_fsum"]
+                command += [f"--callgrind-out-file={tmp}/cg-{prof}-{int(why)}.out"]
+                command += [sys.executable, __file__, "--child", str(pickled), prof]
+                command += [str(int(why)), str(decisions)]
+                procs[prof, why] = subprocess.Popen(
+                    command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+                )
+                if len(procs) % 2 == 0:  # two at a time: the machine has two cores
+                    _wait_all(procs)
+        _wait_all(procs)
+        counts = {k: _refs(p) for k, p in procs.items()}
+        for prof in PROFILES:
+            off, on = counts[prof, False], counts[prof, True]
+            out[prof] = {"off": off, "on": on, "ratio": on / off}
+    return out
+
+
+def _wait_all(procs: dict[Any, subprocess.Popen[str]]) -> None:
+    for p in procs.values():
+        p.wait()
+
+
+def _refs(proc: subprocess.Popen[str]) -> int:
+    stderr = proc.stderr.read() if proc.stderr is not None else ""
+    found = re.search(r"I\s+refs:\s+([\d,]+)", stderr)
+    if proc.returncode != 0 or found is None:
+        raise RuntimeError(f"callgrind failed ({proc.returncode}):\n{stderr[-2000:]}")
+    return int(found.group(1).replace(",", ""))
+
+
+def _pct(x: float) -> str:
+    return f"{100 * (x - 1):+.1f}%"
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--hosts", type=int, default=10_000)
+    ap.add_argument("--decisions", type=int, default=200)
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--callgrind", action="store_true")
+    ap.add_argument("--cg-decisions", type=int, default=100)
+    ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        pickled, prof, why, decisions = args.child
+        _child(pickled, prof, why == "1", int(decisions))
+        return
+    started = time.perf_counter()
+    table = _table(args.hosts)
+    load = os.getloadavg()
+    timed = wall(table, args.decisions, args.reps)
+    counted = callgrind(table, args.cg_decisions) if args.callgrind else None
+    load_after = os.getloadavg()
+    show: Callable[[str], None] = print
+    show(f"hosts {args.hosts}, reps {args.reps}, load {load[0]:.1f} -> {load_after[0]:.1f}")
+    show("")
+    head = "| profile | requests | decision (ms) | with why (ms) | ratio of medians |"
+    head += " median paired ratio |"
+    if counted:
+        head += " instructions plain | instructions with why | instruction ratio |"
+    show(head)
+    show("|---" + "|---:" * (head.count("|") - 2) + "|")
+    for prof in PROFILES:
+        t = timed[prof]
+        row = f"| {prof} | {t['requests']} | {t['off_ms']:.3f} | {t['on_ms']:.3f} | "
+        row += f"{_pct(t['ratio_of_medians'])} | {_pct(t['median_ratio'])} |"
+        if counted:
+            c = counted[prof]
+            row += f" {c['off']:,} | {c['on']:,} | {_pct(c['ratio'])} |"
+        show(row)
+    show(f"\n{time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
