@@ -8,9 +8,10 @@ two ways in one run:
   the ratio of the medians and the median of the per-repetition ratios (each repetition pairs
   a plain and a why batch run moments apart, so load that drifts cancels).
 * **instructions** (`--callgrind`): the same batch under `valgrind --tool=callgrind`, once
-  plain and once with why per profile, each in its own process (the table read from a pickle
-  this run writes, hash seed fixed, a warm-up batch first); only the timed batch is counted
-  (it runs inside `math.fsum`, and callgrind collects with `--toggle-collect=math_fsum`).
+  plain and once with why, one process per profile (the table read from a pickle this run
+  writes, hash seed fixed, warm-up batches first); only the two counted batches are counted
+  (plain inside `math.fsum`, with why inside `math.prod`; callgrind collects only inside
+  those two and reports each one's inclusive count).
   Instruction counts do not depend on the machine's load.
 
     .venv/bin/python benchmarks/bench_why_cost.py [--hosts 10000] [--decisions 200]
@@ -99,54 +100,60 @@ def wall(table: HostTable, decisions: int, reps: int) -> dict[str, dict[str, Any
     return out
 
 
-def _child(pickled: str, prof: str, why: bool, decisions: int) -> None:
-    """Under callgrind: warm up, then the counted batch inside `math.fsum`."""
+def _child(pickled: str, prof: str, decisions: int) -> None:
+    """Under callgrind: warm up, then the plain batch inside `math.fsum` and the batch with why
+    inside `math.prod` (their inclusive counts are the two batches')."""
     table = pickle.loads(Path(pickled).read_bytes())
     sched = FilterScheduler.from_config(profile(prof))
     reqs = [r for r in _requests(table, decisions) if _decide(sched, table, r)]
-    _batch(sched, table, reqs, why)
+    for why in (False, True, False, True):
+        _batch(sched, table, reqs, why)
     gc.disable()
-    math.fsum(float(_batch(sched, table, reqs, why) * 0) for _ in range(1))
+    math.fsum(float(_batch(sched, table, reqs, False) * 0) for _ in range(1))
+    math.prod(float(_batch(sched, table, reqs, True) * 0) for _ in range(1))
     print(f"requests={len(reqs)}")
 
 
 def callgrind(table: HostTable, decisions: int) -> dict[str, dict[str, Any]]:
+    """One process per profile, both at once (the numba kernels load once per process, which
+    is slow under valgrind)."""
     out: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="why-cg-") as tmp:
         pickled = Path(tmp) / "table.pkl"
         pickled.write_bytes(pickle.dumps(table))
         env = {**os.environ, "PYTHONHASHSEED": "0"}
-        procs: dict[tuple[str, bool], subprocess.Popen[str]] = {}
+        procs: dict[str, subprocess.Popen[str]] = {}
         for prof in PROFILES:
-            for why in (False, True):
-                command = ["valgrind", "--tool=callgrind", "--toggle-collect=math_fsum"]
-                command += [f"--callgrind-out-file={tmp}/cg-{prof}-{int(why)}.out"]
-                command += [sys.executable, __file__, "--child", str(pickled), prof]
-                command += [str(int(why)), str(decisions)]
-                procs[prof, why] = subprocess.Popen(
-                    command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-                )
-                if len(procs) % 2 == 0:  # two at a time: the machine has two cores
-                    _wait_all(procs)
-        _wait_all(procs)
-        counts = {k: _refs(p) for k, p in procs.items()}
-        for prof in PROFILES:
-            off, on = counts[prof, False], counts[prof, True]
+            command = ["valgrind", "--tool=callgrind", "--toggle-collect=math_fsum"]
+            command += ["--toggle-collect=math_prod", f"--callgrind-out-file={tmp}/{prof}.out"]
+            command += [sys.executable, __file__, "--child", str(pickled), prof, str(decisions)]
+            procs[prof] = subprocess.Popen(
+                command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        for prof, proc in procs.items():
+            _, stderr = proc.communicate()
+            if proc.returncode != 0:
+                raise RuntimeError(f"callgrind failed ({proc.returncode}):\n{stderr[-2000:]}")
+            off, on = _inclusive(Path(tmp) / f"{prof}.out", ("math_fsum", "math_prod"))
             out[prof] = {"off": off, "on": on, "ratio": on / off}
     return out
 
 
-def _wait_all(procs: dict[Any, subprocess.Popen[str]]) -> None:
-    for p in procs.values():
-        p.wait()
-
-
-def _refs(proc: subprocess.Popen[str]) -> int:
-    stderr = proc.stderr.read() if proc.stderr is not None else ""
-    found = re.search(r"I\s+refs:\s+([\d,]+)", stderr)
-    if proc.returncode != 0 or found is None:
-        raise RuntimeError(f"callgrind failed ({proc.returncode}):\n{stderr[-2000:]}")
-    return int(found.group(1).replace(",", ""))
+def _inclusive(path: Path, functions: tuple[str, ...]) -> tuple[int, ...]:
+    """Each function's inclusive instruction count (`callgrind_annotate --inclusive=yes`)."""
+    text = subprocess.run(
+        ["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    counts = []
+    for name in functions:
+        found = re.search(rf"^\s*([\d,]+)\s.*[:\s]{name}[\s\[(']", text, re.MULTILINE)
+        if found is None:
+            raise RuntimeError(f"{name} not in {path}")
+        counts.append(int(found.group(1).replace(",", "")))
+    return tuple(counts)
 
 
 def _pct(x: float) -> str:
@@ -160,11 +167,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--callgrind", action="store_true")
     ap.add_argument("--cg-decisions", type=int, default=100)
-    ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        pickled, prof, why, decisions = args.child
-        _child(pickled, prof, why == "1", int(decisions))
+        pickled, prof, decisions = args.child
+        _child(pickled, prof, int(decisions))
         return
     started = time.perf_counter()
     table = _table(args.hosts)
