@@ -34,7 +34,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -131,11 +130,12 @@ def callgrind(table: HostTable, decisions: int) -> dict[str, dict[str, Any]]:
                 command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
             )
         for prof, proc in procs.items():
-            _, stderr = proc.communicate()
+            stdout, stderr = proc.communicate()
             if proc.returncode != 0:
                 raise RuntimeError(f"callgrind failed ({proc.returncode}):\n{stderr[-2000:]}")
             off, on = _inclusive(Path(tmp) / f"{prof}.out", ("math_fsum", "math_prod"))
-            out[prof] = {"off": off, "on": on, "ratio": on / off}
+            requests = int(stdout.strip().rpartition("=")[2])
+            out[prof] = {"off": off, "on": on, "ratio": on / off, "requests": requests}
     return out
 
 
@@ -177,26 +177,21 @@ def main(argv: list[str] | None = None) -> None:
     table = _table(args.hosts)
     load = os.getloadavg()
     timed = wall(table, args.decisions, args.reps)
-    counted = callgrind(table, args.cg_decisions) if args.callgrind else None
-    load_after = os.getloadavg()
-    show: Callable[[str], None] = print
-    show(f"hosts {args.hosts}, reps {args.reps}, load {load[0]:.1f} -> {load_after[0]:.1f}")
-    show("")
-    head = "| profile | requests | decision (ms) | with why (ms) | ratio of medians |"
-    head += " median paired ratio |"
-    if counted:
-        head += " instructions plain | instructions with why | instruction ratio |"
-    show(head)
-    show("|---" + "|---:" * (head.count("|") - 2) + "|")
+    print(f"hosts {args.hosts}, reps {args.reps}, load {load[0]:.1f} -> {os.getloadavg()[0]:.1f}")
+    print("\n| profile | requests | decision (ms) | with why (ms) | ratio of medians |", end="")
+    print(" median paired ratio |\n|---|---:|---:|---:|---:|---:|")
     for prof in PROFILES:
         t = timed[prof]
         row = f"| {prof} | {t['requests']} | {t['off_ms']:.3f} | {t['on_ms']:.3f} | "
-        row += f"{_pct(t['ratio_of_medians'])} | {_pct(t['median_ratio'])} |"
-        if counted:
+        print(row + f"{_pct(t['ratio_of_medians'])} | {_pct(t['median_ratio'])} |", flush=True)
+    if args.callgrind:  # after the wall clock: valgrind loads the machine for minutes
+        counted = callgrind(table, args.cg_decisions)
+        print("\n| profile | requests | instructions plain | with why | cost of why |")
+        print("|---|---:|---:|---:|---:|")
+        for prof in PROFILES:
             c = counted[prof]
-            row += f" {c['off']:,} | {c['on']:,} | {_pct(c['ratio'])} |"
-        show(row)
-    show(f"\n{time.perf_counter() - started:.0f} s")
+            print(f"| {prof} | {c['requests']} | {c['off']:,} | {c['on']:,} | {_pct(c['ratio'])} |")
+    print(f"\n{time.perf_counter() - started:.0f} s")
 
 
 if __name__ == "__main__":
