@@ -81,12 +81,24 @@ class Candidate(NamedTuple):
 
 
 class _Column(NamedTuple):
-    """One weigher's numbers at the shown candidates, gathered in the hook (plain lists)."""
+    """One weigher's numbers at the shown candidates, gathered in the hook (plain lists; the
+    extremes as the engine had them, made a `Scale` when read)."""
 
-    scale: Scale
+    weigher: str
+    weight: float
+    lo: float
+    hi: float
+    dtype: str | None
+    """Of the raw values when the engine added a `term` array (None: float64)."""
     raws: list[float]
     values: list[float]
     term: list[float] | None
+
+    @property
+    def scale(self) -> Scale:
+        lo, hi = float(self.lo), float(self.hi)
+        dtype = self.dtype or "float64"
+        return Scale(self.weigher, float(self.weight), lo, hi, not hi > lo, dtype)
 
 
 @dataclass(frozen=True)
@@ -276,19 +288,12 @@ class WhyRecorder:
 
 def _column(t: Term, at: npt.NDArray[np.int64]) -> _Column:
     """Weigher `t`'s numbers at candidate positions `at` (a few gathers, no arithmetic)."""
-    dtype = "float64" if t.term is None else t.raw.dtype.name
-    lo, hi = float(t.lo), float(t.hi)
-    scale = Scale(t.weigher.name, float(t.weight), lo, hi, not hi > lo, dtype)
     raws: list[float] = t.raw.take(at).tolist()
-    values: list[float] = raws
-    if t.values is not t.raw:
-        minval = t.weigher.minval
-        # Nova's max(raw, minval) is raw itself where raw > minval (no NaN, no signed zero to
-        # choose): the engine's values need no second gather then
-        if minval is None or not all(r > minval for r in raws):
-            values = t.values.take(at).tolist()
-    term = None if t.term is None else t.term.take(at).tolist()
-    return _Column(scale, raws, values, term)
+    values: list[float] = raws if t.values is t.raw else t.values.take(at).tolist()
+    if t.term is None:
+        return _Column(t.weigher.name, t.weight, t.lo, t.hi, None, raws, values, None)
+    term: list[float] = t.term.take(at).tolist()
+    return _Column(t.weigher.name, t.weight, t.lo, t.hi, t.raw.dtype.name, raws, values, term)
 
 
 def _parts(c: _Column) -> list[Part]:
