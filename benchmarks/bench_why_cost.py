@@ -40,9 +40,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_core import NOW
-from bench_insight import _decide, _requests, _table
+from bench_insight import _decide, _requests, _table, time_why
 from berth.core.config import profile
-from berth.core.engine import FilterScheduler
+from berth.core.engine import FilterScheduler, Scored
 from berth.core.request import RequestSpec
 from berth.core.table import HostTable
 from berth.core.why import WhyRecorder
@@ -97,6 +97,48 @@ def wall(table: HostTable, decisions: int, reps: int) -> dict[str, dict[str, Any
             "median_ratio": statistics.median(b / a for a, b in zip(off, on, strict=True)),
         }
     return out
+
+
+def fastest(table: HostTable, decisions: int, repeats: int) -> None:
+    """`bench_insight.time_why` (per request the fastest of `repeats` plain, hook-only and
+    with-why decisions, interleaved), both profiles; and the recorder alone per instance."""
+    load = os.getloadavg()[0]
+    print(f"\nper request the fastest of {repeats}, interleaved (load {load:.1f}):\n")
+    print("| profile | requests | decision (ms) | hook only (ms) | with why (ms) |", end="")
+    print(" ratio of medians | median per-request ratio | recorder per instance (us) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for prof in PROFILES:
+        t = time_why(table, decisions, prof, repeats)
+        row = f"| {prof} | {t['n']} | {t['plain_ms']:.3f} | {t['hook_ms']:.3f} | "
+        row += f"{t['why_ms']:.3f} | {t['overhead_pct']:+.1f}% | {t['ratio_pct']:+.1f}% | "
+        print(row + f"{_recorder_us(table, decisions, prof, repeats):.1f} |", flush=True)
+
+
+def _recorder_us(table: HostTable, decisions: int, prof: str, repeats: int) -> float:
+    """`WhyRecorder`'s own work per instance: the fastest of `repeats` per instance, averaged."""
+    sched = FilterScheduler.from_config(profile(prof))
+    caught: list[tuple[WhyRecorder, Scored]] = []
+    for r in _requests(table, decisions):
+        if _decide(sched, table, r):
+            rec = WhyRecorder(sched, r)
+
+            def keep(s: Scored, rec: WhyRecorder = rec) -> None:
+                caught.append((rec, s))
+
+            sched.select_destinations(table, r, NOW, why=keep)
+    total = 0
+    gc.disable()
+    try:
+        for rec, s in caught:
+            best = 1 << 62
+            for _ in range(repeats):
+                t = time.perf_counter_ns()
+                rec(s)
+                best = min(best, time.perf_counter_ns() - t)
+            total += best
+    finally:
+        gc.enable()
+    return total / len(caught) / 1e3
 
 
 def _child(pickled: str, prof: str, decisions: int) -> None:
@@ -165,6 +207,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--hosts", type=int, default=10_000)
     ap.add_argument("--decisions", type=int, default=200)
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--fastest", type=int, default=15, help="repeats per request (0: skip)")
     ap.add_argument("--callgrind", action="store_true")
     ap.add_argument("--cg-decisions", type=int, default=100)
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
@@ -176,14 +219,16 @@ def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     table = _table(args.hosts)
     load = os.getloadavg()
-    timed = wall(table, args.decisions, args.reps)
+    timed = wall(table, args.decisions, args.reps) if args.reps else {}
     print(f"hosts {args.hosts}, reps {args.reps}, load {load[0]:.1f} -> {os.getloadavg()[0]:.1f}")
     print("\n| profile | requests | decision (ms) | with why (ms) | ratio of medians |", end="")
     print(" median paired ratio |\n|---|---:|---:|---:|---:|---:|")
-    for prof in PROFILES:
+    for prof in timed:
         t = timed[prof]
         row = f"| {prof} | {t['requests']} | {t['off_ms']:.3f} | {t['on_ms']:.3f} | "
         print(row + f"{_pct(t['ratio_of_medians'])} | {_pct(t['median_ratio'])} |", flush=True)
+    if args.fastest:
+        fastest(table, args.decisions, args.fastest)
     if args.callgrind:  # after the wall clock: valgrind loads the machine for minutes
         counted = callgrind(table, args.cg_decisions)
         print("\n| profile | requests | instructions plain | with why | cost of why |")
