@@ -15,10 +15,12 @@ two ways in one run:
   Instruction counts do not depend on the machine's load.
 
     .venv/bin/python benchmarks/bench_why_cost.py [--hosts 10000] [--decisions 200]
-        [--reps 30] [--callgrind] [--cg-decisions 100]
+        [--reps 30] [--fastest 15] [--callgrind] [--cg-decisions 100]
 
-Prints a Markdown table (the numbers of benchmarks/results/insight.md's "why: interleaved
-re-measure" section).
+Prints Markdown tables (the numbers of benchmarks/results/insight.md's section "why: cost
+re-measured (interleaved)"). `--fastest N` adds `bench_insight.time_why` (per request the
+fastest of N plain, hook-only and with-why decisions, interleaved) and the recorder's own time
+per instance.
 """
 
 from __future__ import annotations
