@@ -30,10 +30,17 @@ ENV = {
 }
 
 
+WORKER_PORTS = range(10_002, 20_000)
+"""Ray's default range for its worker processes: `ray start` refuses a port chosen inside it."""
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in WORKER_PORTS:
+            return port
 
 
 @dataclass
@@ -70,8 +77,9 @@ def start() -> RayCluster:
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:
         if proc.poll() is not None:
+            log = cluster.log()
             stop(cluster)
-            raise RuntimeError(f"ray start exited with {proc.returncode}:\n{cluster.log()}")
+            raise RuntimeError(f"ray start exited with {proc.returncode}:\n{log}")
         try:  # the client server starts last: the node is up when it answers
             socket.create_connection(("127.0.0.1", client), timeout=1).close()
             return cluster
