@@ -77,9 +77,9 @@ def start() -> RayCluster:
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:
         if proc.poll() is not None:
-            log = cluster.log()
+            output = cluster.log()
             stop(cluster)
-            raise RuntimeError(f"ray start exited with {proc.returncode}:\n{log}")
+            raise RuntimeError(f"ray start exited with {proc.returncode}:\n{output}")
         try:  # the client server starts last: the node is up when it answers
             socket.create_connection(("127.0.0.1", client), timeout=1).close()
             return cluster
