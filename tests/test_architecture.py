@@ -127,3 +127,25 @@ def test_packages_import_only_what_they_may(package: str) -> None:
         if _package_of(t) not in allowed
     )
     assert not wrong, wrong
+
+
+# third-party packages that one module alone may import (docs/architecture.md, `berth.sim`)
+ONLY_IN = {"distributed": {"berth.sim.capacity_exec"}, "ray": {"berth.sim.capacity_exec"}}
+
+
+def test_cluster_libraries_are_imported_by_their_one_module() -> None:
+    wrong = []
+    for mod in modules().values():
+        for node in ast.walk(ast.parse(mod.path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            wrong += [
+                f"{mod.name} imports {name}"
+                for name in names
+                if name.split(".")[0] in ONLY_IN and mod.name not in ONLY_IN[name.split(".")[0]]
+            ]
+    assert not wrong, wrong

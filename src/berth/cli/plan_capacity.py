@@ -13,6 +13,7 @@ import os
 import shlex
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -105,19 +106,44 @@ def build_problem(
     return problem, offered, desc
 
 
-def _runner(
-    problem: CapacityProblem, workers: int, dask: str | None, dask_timeout: float, on_done: Any
-) -> Any:
-    from berth.sim.capacity_exec import DaskRunner, ProcessRunner, SerialRunner
+@dataclass(frozen=True)
+class Where:
+    """Where the replays run: local processes, or the cluster at a Dask or Ray address."""
 
-    if dask is not None:
+    workers: int = 1
+    dask: str | None = None
+    ray: str | None = None
+    timeout: float = 20.0
+    """Seconds to reach the cluster."""
+
+
+def _runner(problem: CapacityProblem, where: Where, on_done: Any) -> Any:
+    from berth.sim.capacity_exec import DaskRunner, ProcessRunner, RayRunner, SerialRunner
+
+    if where.dask is not None and where.ray is not None:
+        raise BerthError("--dask and --ray: give one cluster")
+    if where.dask is not None:
         try:
-            return DaskRunner(problem, dask, on_done=on_done, timeout=dask_timeout)
+            return DaskRunner(problem, where.dask, on_done=on_done, timeout=where.timeout)
         except (OSError, TimeoutError) as exc:
-            raise BerthError(f"--dask {dask}: cannot reach the scheduler ({exc})") from None
-    if workers <= 1:
+            raise BerthError(f"--dask {where.dask}: cannot reach the scheduler ({exc})") from None
+    if where.ray is not None:
+        try:
+            return RayRunner(problem, where.ray, on_done=on_done, timeout=where.timeout)
+        except ModuleNotFoundError as exc:
+            if exc.name != "ray":
+                raise
+            raise BerthError(
+                "--ray: Ray is not installed here; install Berth with its ray extra "
+                "(pip install 'berth[ray]')"
+            ) from None
+        except BerthError as exc:
+            raise BerthError(f"--ray {where.ray}: {exc}") from None
+        except (OSError, TimeoutError) as exc:
+            raise BerthError(f"--ray {where.ray}: cannot reach the Ray cluster ({exc})") from None
+    if where.workers <= 1:
         return SerialRunner(problem, on_done=on_done)
-    return ProcessRunner(problem, workers, on_done=on_done)
+    return ProcessRunner(problem, where.workers, on_done=on_done)
 
 
 def run_plan(
@@ -129,6 +155,8 @@ def run_plan(
     workers: int = 1,
     dask: str | None = None,
     dask_timeout: float = 20.0,
+    ray: str | None = None,
+    ray_timeout: float = 20.0,
     max_replays: int = 80,
     show_progress: bool = False,
 ) -> Any:
@@ -159,7 +187,8 @@ def run_plan(
             ok = "meets" if o.meets(target) else "fails"
             progress.update(task, advance=1, description=f"{list(o.purchase)} {ok}")
 
-    runner = _runner(problem, workers, dask, dask_timeout, done)
+    where = Where(workers, dask, ray, ray_timeout if ray is not None else dask_timeout)
+    runner = _runner(problem, where, done)
     try:
         if progress is not None:
             progress.start()
@@ -275,6 +304,16 @@ DaskOption = Annotated[
 DaskTimeoutOption = Annotated[
     float, typer.Option(min=0.1, help="Seconds to wait for the Dask scheduler.")
 ]
+RayOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Run the replays on this Ray cluster: ray://head:10001 (Ray Client), auto (the "
+        "cluster of this machine) or a GCS address head:6379."
+    ),
+]
+RayTimeoutOption = Annotated[
+    float, typer.Option(min=0.1, help="Seconds to wait for the Ray cluster's address to answer.")
+]
 MaxReplaysOption = Annotated[int, typer.Option(min=1, help="Most replays the search may run.")]
 SeedOption = Annotated[int, typer.Option(help="Seed (trace generator, growth, tie-breaking).")]
 LimitOption = Annotated[int | None, typer.Option(min=1, help="Only the first N requests.")]
@@ -302,6 +341,8 @@ def plan_capacity(
     workers: WorkersOption = None,
     dask: DaskOption = None,
     dask_timeout: DaskTimeoutOption = 20.0,
+    ray: RayOption = None,
+    ray_timeout: RayTimeoutOption = 20.0,
     max_replays: MaxReplaysOption = 80,
     seed: SeedOption = 0,
     limit: LimitOption = None,
@@ -348,6 +389,8 @@ def plan_capacity(
             workers=workers or os.cpu_count() or 1,
             dask=dask,
             dask_timeout=dask_timeout,
+            ray=ray,
+            ray_timeout=ray_timeout,
             max_replays=max_replays,
             show_progress=not as_json,
         )

@@ -81,12 +81,24 @@ class Candidate(NamedTuple):
 
 
 class _Column(NamedTuple):
-    """One weigher's numbers at the shown candidates, gathered in the hook (plain lists)."""
+    """One weigher's numbers at the shown candidates, gathered in the hook (plain lists; the
+    extremes as the engine had them, made a `Scale` when read)."""
 
-    scale: Scale
+    weigher: str
+    weight: float
+    lo: float
+    hi: float
+    dtype: str | None
+    """Of the raw values when the engine added a `term` array (None: float64)."""
     raws: list[float]
     values: list[float]
     term: list[float] | None
+
+    @property
+    def scale(self) -> Scale:
+        lo, hi = float(self.lo), float(self.hi)
+        dtype = self.dtype or "float64"
+        return Scale(self.weigher, float(self.weight), lo, hi, not hi > lo, dtype)
 
 
 @dataclass(frozen=True)
@@ -222,6 +234,7 @@ class WhyRecorder:
         self.request = request
         self.top = top
         self.instances: list[InstanceWhy] = []
+        self._ids = request.ids()  # once: generated ids are rebuilt on every call
 
     def __call__(self, scored: Scored) -> None:
         self.instances.append(self._explain(scored))
@@ -229,8 +242,8 @@ class WhyRecorder:
     def _explain(self, scored: Scored) -> InstanceWhy:
         rows, scores = scored.rows, scored.scores
         names = scored.ctx.table.names
-        at = np.array(self._ranked_positions(scored), dtype=np.int64)
-        score_of: list[float] = [0.0] * at.size if scores is None else scores[at].tolist()
+        at = self._ranked_positions(scored)
+        score_of: list[float] = [0.0] * at.size if scores is None else scores.take(at).tolist()
         draw, tied, margin = "only", 1, None
         if scores is None:
             draw, tied = "chance", int(rows.size)
@@ -245,42 +258,42 @@ class WhyRecorder:
                 draw = "tie" if tied > 1 else "best"
         return InstanceWhy(
             instance=scored.step + 1,
-            instance_id=self.request.ids()[scored.step],
+            instance_id=self._ids[scored.step],
             candidates=int(rows.size),
             draw=draw,
             tied=tied,
             seed=self.request.seed,
             margin=margin,
-            hosts=tuple(names[r] for r in rows[at].tolist()),
+            hosts=tuple(map(names.__getitem__, rows.take(at).tolist())),
             scores=tuple(score_of),
             columns=tuple(_column(t, at) for t in scored.terms),
         )
 
-    def _ranked_positions(self, scored: Scored) -> list[int]:
+    def _ranked_positions(self, scored: Scored) -> npt.NDArray[np.int64]:
         """Positions (in `scored.rows`) of the winner and the next best: the engine's
         alternates when they are enough, else ranked from the scores (stable, as the engine)."""
         rows = scored.rows
         want = min(self.top, int(rows.size))
-        found: list[int] = rows.searchsorted((scored.chosen, *scored.alternates)).tolist()
-        chosen = found[0]
-        if len(found) >= want or scored.scores is None:
+        found = rows.searchsorted((scored.chosen, *scored.alternates))
+        if found.size >= want or scored.scores is None:
             return found[:want]
+        chosen = int(found[0])
         scores = scored.scores
         k = min(want + 1, int(rows.size))
         top = np.argpartition(-scores, k - 1)[:k] if k < rows.size else np.arange(rows.size)
         order = top[np.argsort(-scores[top], kind="stable")]
-        return [chosen, *[int(p) for p in order if p != chosen][: want - 1]]
+        rest = [int(p) for p in order if p != chosen][: want - 1]
+        return np.array([chosen, *rest], dtype=np.int64)
 
 
 def _column(t: Term, at: npt.NDArray[np.int64]) -> _Column:
     """Weigher `t`'s numbers at candidate positions `at` (a few gathers, no arithmetic)."""
-    dtype = "float64" if t.term is None else t.raw.dtype.name
-    lo, hi = float(t.lo), float(t.hi)
-    scale = Scale(t.weigher.name, float(t.weight), lo, hi, not hi > lo, dtype)
     raws: list[float] = t.raw.take(at).tolist()
     values: list[float] = raws if t.values is t.raw else t.values.take(at).tolist()
-    term = None if t.term is None else t.term.take(at).tolist()
-    return _Column(scale, raws, values, term)
+    if t.term is None:
+        return _Column(t.weigher.name, t.weight, t.lo, t.hi, None, raws, values, None)
+    term: list[float] = t.term.take(at).tolist()
+    return _Column(t.weigher.name, t.weight, t.lo, t.hi, t.raw.dtype.name, raws, values, term)
 
 
 def _parts(c: _Column) -> list[Part]:

@@ -1,5 +1,5 @@
-"""Replays for the capacity planner: one purchase, one replay; run here, on local processes or on
-a Dask cluster (docs/plan-capacity.md).
+"""Replays for the capacity planner: one purchase, one replay; run here, on local processes, on a
+Dask cluster or on a Ray cluster (docs/plan-capacity.md).
 
 `CapacityProblem` is everything a worker needs (the trace, the existing fleet, the offered host
 types, the policy); `evaluate(problem, purchase)` replays the fleet plus the purchase and
@@ -10,14 +10,22 @@ call it for a batch of purchases:
 * `ProcessRunner`: a `ProcessPoolExecutor` on this machine's cores; each worker receives the
   problem once, when it starts;
 * `DaskRunner`: a `distributed.Client` (a scheduler's address, or a client the caller made);
-  the problem is scattered to every worker once, then each task carries only a purchase.
+  the problem is scattered to every worker once, then each task carries only a purchase;
+* `RayRunner`: a Ray cluster (``ray://head:10001``, ``auto``, or a GCS address); the problem is
+  put in the object store once, then each task carries only a purchase.
+
+A runner has `workers` (how many replays it runs at once), is called with a batch of purchases
+and returns their outcomes in the batch's order, and is closed once. `distributed` and `ray` are
+imported here only, and only when their runner is made (docs/architecture.md).
 
 A runner calls `on_done(outcome)` as each replay finishes (the CLI's progress bar).
 """
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
+import socket
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
@@ -28,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from berth.core.model import Fleet
-from berth.sim.capacity_plan import Outcome, Purchase
+from berth.sim.capacity_plan import Outcome, PlanError, Purchase
 from berth.sim.fleets import Sizing, build_sizing
 from berth.sim.policies import Policy
 from berth.sim.replay import ACCEPTED, EVICTED, ReplayOptions, Simulation
@@ -204,6 +212,81 @@ class DaskRunner:
     def close(self) -> None:
         if self.owned:
             self.client.close()
+
+
+class RayRunner:
+    """Replays as tasks on a Ray cluster: `address` is ``ray://host:10001`` (Ray Client, from
+    any machine), ``auto`` (the cluster this machine belongs to) or a GCS address
+    ``host:6379`` (a driver on a cluster node). If this process is already connected to Ray,
+    that connection is used (and left open by `close`)."""
+
+    def __init__(
+        self,
+        problem: CapacityProblem,
+        address: str,
+        *,
+        on_done: Done | None = None,
+        timeout: float = 20.0,
+    ) -> None:
+        import ray
+
+        self.owned = not ray.is_initialized()
+        if self.owned:
+            _wait_reachable(address, timeout)
+            # the replays print nothing worth forwarding; Ray's own INFO lines would bury the
+            # progress bar
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+        try:
+            self.on_done = on_done
+            cpus = ray.cluster_resources().get("CPU", 0)  # type: ignore[no-untyped-call]
+            self.workers = max(1, int(cpus))
+            self.problem = ray.put(problem)
+            self.replay = ray.remote(num_cpus=1)(evaluate)
+        except BaseException:
+            self.close()
+            raise
+
+    def __call__(self, purchases: Sequence[Purchase]) -> list[Outcome]:
+        import ray
+
+        refs = {self.replay.remote(self.problem, x): x for x in purchases}
+        pending = list(refs)
+        done: dict[Purchase, Outcome] = {}
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            for ref in ready:
+                outcome: Outcome = ray.get(ref)
+                done[refs[ref]] = outcome
+                if self.on_done is not None:
+                    self.on_done(outcome)
+        return [done[x] for x in purchases]
+
+    def close(self) -> None:
+        import ray
+
+        if self.owned:
+            ray.shutdown()
+
+
+def _wait_reachable(address: str, timeout: float) -> None:
+    """Fail within `timeout` seconds when nothing listens at a ``ray://host:port`` or
+    ``host:port`` address (Ray Client alone retries for about a minute); ``auto`` is Ray's to
+    resolve, and Ray fails fast when no cluster runs here."""
+    target = address.removeprefix("ray://")
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit():
+        if address == "auto":
+            return
+        raise PlanError(f"{address!r} is not ray://host:port, host:port or auto")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+            return
+        except OSError as exc:
+            if time.monotonic() >= deadline:
+                raise ConnectionError(f"nothing answers at {host}:{port} ({exc})") from None
+            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
 
 
 def _key(purchase: Purchase) -> str:
