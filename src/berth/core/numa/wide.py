@@ -22,7 +22,7 @@ each host's free state; FLEX on the other hosts, the exact search of `flex_wide`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import combinations
 from typing import Any
 
@@ -38,6 +38,8 @@ from berth.core.resources import CELL_BASE
 
 I64 = npt.NDArray[np.int64]
 BIG = np.int64(NO_LIMIT)
+RAW_STATES = 200_000
+"""At most this many raw host states kept per search (`_state_counts`)."""
 
 
 def guest_cells(d: Demand) -> int:
@@ -134,12 +136,9 @@ def _search_counts(d: Demand, cell_free: I64, rows: I64, limit: int | None) -> I
     count does not depend on which cell is which, `Searcher.canonical`), then one memoised
     search per distinct state; a fleet's hosts fall into few states for one flavor."""
     searcher = searcher_of(d)
-    part = cell_free[rows][:, :, searcher.cols]
+    part = cell_free[:, :, searcher.cols][rows]
     group, first = _canonical_groups(part, searcher.smallest)
-    counts = np.array(
-        [searcher.count(searcher.canonical(part[r].tolist())) for r in first.tolist()],
-        dtype=np.int64,
-    )
+    counts = _state_counts(part, first, searcher.__dict__, searcher.canonical, searcher.count)
     out = counts[group]
     return np.minimum(out, 1) if limit is not None and limit <= 1 else out
 
@@ -167,10 +166,7 @@ def _flex_counts(d: Demand, cell_free: I64, rows: I64, limit: int | None) -> I64
         return out
     part = np.stack([c[:, some].T for c in columns], axis=2)  # (hosts, cells, columns)
     group, first = _canonical_groups(part, search.smallest)
-    counts = np.array(
-        [search.count(search.canonical(part[r].tolist())) for r in first.tolist()],
-        dtype=np.int64,
-    )
+    counts = _state_counts(part, first, search.__dict__, search.canonical, search.count)
     out[some] = counts[group]
     return np.minimum(out, 1) if limit is not None and limit <= 1 else out
 
@@ -181,6 +177,8 @@ def _flex_upper(columns: list[I64], search: FlexSearch) -> I64:
     usable = np.ones(columns[0].shape, dtype=bool)
     for col, least in zip(columns, search.smallest, strict=True):
         usable &= col >= least
+    if not (usable.sum(axis=0) >= 2).any():  # no host has a pair of cells: nothing fits
+        return np.zeros(columns[0].shape[1], dtype=np.int64)
     ends = np.full(columns[0].shape, BIG, dtype=np.int64)
     out = np.full(columns[0].shape[1], BIG, dtype=np.int64)
     for col, least, total in zip(columns, search.smallest, search.total.tolist(), strict=True):
@@ -193,6 +191,32 @@ def _flex_upper(columns: list[I64], search: FlexSearch) -> I64:
     by_ends = np.minimum(s // 2, s - ends.max(axis=0, initial=0))
     result: I64 = np.minimum(out, by_ends)
     return result
+
+
+def _state_counts(
+    part: I64,
+    first: I64,
+    owner: dict[str, Any],
+    canonical: Callable[[Any], Any],
+    count: Callable[[Any], int],
+) -> I64:
+    """`count(canonical(host))` of each host `first` names (one per distinct state), read
+    first from a memo keyed by the host's raw columns (kept in the search's `owner` dict, so
+    it lives as long as the search's own memo): a state seen before costs a dict look-up, not
+    its canonical form in Python."""
+    raw: dict[tuple[int, bytes], int] | None = owner.get("_raw_counts")
+    if raw is None or len(raw) >= RAW_STATES:  # forgetting costs time, never exactness
+        raw = owner["_raw_counts"] = {}
+    out = np.empty(first.size, dtype=np.int64)
+    cells = part.shape[1]
+    for i, r in enumerate(first.tolist()):
+        host = part[r]
+        key = (cells, host.tobytes())
+        found = raw.get(key)
+        if found is None:
+            found = raw[key] = count(canonical(host.tolist()))
+        out[i] = found
+    return out
 
 
 def _canonical_groups(part: I64, smallest: Sequence[int]) -> tuple[I64, I64]:
@@ -241,7 +265,7 @@ def cell_count(d: Demand, cell_free: I64, limit: int | None, two_cell: Any) -> I
         if two.all():
             out = two_cell(d, cell_free[:, :2], limit)
         elif two.any():
-            out[two] = two_cell(d, cell_free[two][:, :2], limit)
+            out[two] = two_cell(d, cell_free[two, :2], limit)  # copies two cells, not all
         if mode == NumaMode.FLEX:
             rows = np.flatnonzero(~two)
             if rows.size:
