@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from berth.cloud.driver import HostPower
 from berth.elastic.policies import BerthPolicy
 from berth.elastic.replay import World
-from berth.elastic.tidal import HostView, TidalPlan, plan_power
+from berth.elastic.tidal import TidalPlan
 
 
 @dataclass
@@ -27,35 +26,20 @@ class ConsolidatingPolicy(BerthPolicy):
     migrations: int = 0  # in the measured day
     draining: set[int] = field(default_factory=set)
 
-    def _tidal(self, world: World, now: float) -> None:
-        held = float(world.setup.hosts * world.setup.host_cores - world.free.sum())
-        idle = sum(world.idle_jobs(i) for i in range(len(world.queues)))  # one core a job
-        wanted = held + idle
-        self.samples.append((now, wanted))
-        if self.tidal is None or int(now) % int(self.tidal_period) != 0:
-            return
-        cores = world.setup.host_cores
-        views = [
-            HostView(
-                f"h{h}",
-                cores,
-                float(cores - world.free[h]),
-                int(world.vms_on[h]),
-                HostPower.ON if world.power_on[h] else HostPower.OFF,
-                float(world.power_since[h]),
-                emptying=h in self.draining,
-            )
-            for h in range(world.setup.hosts)
-        ]
-        plan = plan_power(views, self.samples, now, wanted, self.tidal)
-        for p in plan.actions:
-            world.set_power(int(p.host[1:]), p.on, now)
+    def _emptying(self) -> set[int]:
+        return self.draining
+
+    def _tidal(self, world: World, now: float) -> TidalPlan | None:
+        plan = super()._tidal(world, now)
+        if plan is None:
+            return None
         for h in sorted(self.draining):  # powered off now, or back into service
             if world.power_on[h]:
                 world.usable_at[h] = now
         self.draining.clear()
         if not plan.release and plan.empty:
             self._consolidate(world, plan, now)
+        return plan
 
     def _consolidate(self, world: World, plan: TidalPlan, now: float) -> None:
         assert self.tidal is not None

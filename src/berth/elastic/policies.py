@@ -23,7 +23,7 @@ from berth.elastic.history import advance_history
 from berth.elastic.model import GroupDemand, QueueSnapshot, Vm, VmState, WorkerStatus
 from berth.elastic.replay import World
 from berth.elastic.state import ControllerConfig, ControlState, FailureHistory, GroupHistory
-from berth.elastic.tidal import HostView, TidalConfig, plan_power
+from berth.elastic.tidal import HostView, TidalConfig, TidalPlan, plan_power
 
 
 def _cluster_index(name: str) -> int:
@@ -96,14 +96,18 @@ class BerthPolicy:
                 world.delete(a.vm, now, failed=a.outcome is VmState.FAILED)
         self._tidal(world, now)
 
-    def _tidal(self, world: World, now: float) -> None:
+    def _emptying(self) -> set[int]:
+        """Hosts a consolidation is emptying: none, the replay itself does not migrate."""
+        return set()
+
+    def _tidal(self, world: World, now: float) -> TidalPlan | None:
         held = float(world.setup.hosts * world.setup.host_cores - world.free.sum())
         idle = sum(world.idle_jobs(i) for i in range(len(world.queues)))  # one core a job
         wanted = held + idle
         self.samples.append((now, wanted))
         if self.tidal is None or int(now) % int(self.tidal_period) != 0:
-            return
-        cores = world.setup.host_cores
+            return None
+        cores, emptying = world.setup.host_cores, self._emptying()
         views = [
             HostView(
                 f"h{h}",
@@ -112,12 +116,14 @@ class BerthPolicy:
                 int(world.vms_on[h]),
                 HostPower.ON if world.power_on[h] else HostPower.OFF,
                 float(world.power_since[h]),
+                emptying=h in emptying,
             )
             for h in range(world.setup.hosts)
         ]
         plan = plan_power(views, self.samples, now, wanted, self.tidal)
         for p in plan.actions:
             world.set_power(int(p.host[1:]), p.on, now)
+        return plan
 
 
 @dataclass
